@@ -1,0 +1,1 @@
+"""The local stack: Kafka (KRaft), Redis and Prometheus as plain processes, no Docker."""

@@ -1,0 +1,1 @@
+"""Producers: the node agent (NVML samples) and the Kubernetes watcher, publishing to Kafka."""

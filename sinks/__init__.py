@@ -1,0 +1,1 @@
+"""Sinks: derived records written to Redis (live state) and Prometheus (metrics)."""

@@ -1,0 +1,1 @@
+"""Stream processors: the Faust worker that derives lifecycle, attribution, windows and alerts."""
