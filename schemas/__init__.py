@@ -1,0 +1,103 @@
+"""gpuwatch wire contracts: typed values, codecs and JSON Schemas of every topic."""
+
+from .alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
+from .attribution import Attribution, GpuAttribution
+from .codec import (
+    Codec,
+    KeyKind,
+    MalformedJSON,
+    SchemaError,
+    TopicSpec,
+    UnknownSchemaVersion,
+    WrongSchema,
+)
+from .deadletter import DeadLetter, RawEncoding
+from .fields import (
+    AttributionMethod,
+    EpochMs,
+    K8sEventType,
+    Labels,
+    LifecycleState,
+    Sharing,
+    Value,
+)
+from .gpu_window import GpuWindow, PodWindowShare
+from .ids import AlertFingerprint, GpuUuid, NodeName, PodUid
+from .k8s_node import K8sNode
+from .k8s_pod import Condition, ContainerStatus, K8sPod, Owner, PodPhase
+from .nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
+from .pod_lifecycle import PodLifecycle
+from .pod_usage import GpuUsage, PodUsage
+from .topics import (
+    ALERTS,
+    ALL_TOPICS,
+    ATTRIBUTION,
+    DEADLETTER,
+    DEFAULT_TOPIC_PREFIX,
+    GPU_WINDOWS,
+    K8S_NODES,
+    K8S_PODS,
+    NVML_SAMPLES,
+    POD_KEYED,
+    POD_LIFECYCLE,
+    POD_USAGE,
+    by_name,
+)
+
+__all__ = [
+    "ALERTS",
+    "ALL_TOPICS",
+    "ATTRIBUTION",
+    "DEADLETTER",
+    "DEFAULT_TOPIC_PREFIX",
+    "GPU_WINDOWS",
+    "K8S_NODES",
+    "K8S_PODS",
+    "NVML_SAMPLES",
+    "POD_KEYED",
+    "POD_LIFECYCLE",
+    "POD_USAGE",
+    "Alert",
+    "AlertFingerprint",
+    "AlertName",
+    "AlertStatus",
+    "AlertSubject",
+    "Allocation",
+    "Attribution",
+    "AttributionMethod",
+    "Codec",
+    "Condition",
+    "ContainerStatus",
+    "DeadLetter",
+    "EpochMs",
+    "GpuAttribution",
+    "GpuProcess",
+    "GpuReading",
+    "GpuUsage",
+    "GpuUuid",
+    "GpuWindow",
+    "K8sEventType",
+    "K8sNode",
+    "K8sPod",
+    "KeyKind",
+    "Labels",
+    "LifecycleState",
+    "MalformedJSON",
+    "NodeName",
+    "NvmlSample",
+    "Owner",
+    "PodLifecycle",
+    "PodPhase",
+    "PodUid",
+    "PodUsage",
+    "PodWindowShare",
+    "RawEncoding",
+    "SchemaError",
+    "Severity",
+    "Sharing",
+    "TopicSpec",
+    "UnknownSchemaVersion",
+    "Value",
+    "WrongSchema",
+    "by_name",
+]

@@ -1,0 +1,67 @@
+"""Field types shared by several topics: event time, constrained numbers, labels and enums."""
+
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+import msgspec
+
+__all__ = [
+    "AttributionMethod",
+    "Bytes",
+    "Count",
+    "EpochMs",
+    "K8sEventType",
+    "Labels",
+    "LifecycleState",
+    "NonNegFloat",
+    "Pct",
+    "Ratio",
+    "Seconds",
+    "Sharing",
+    "Usd",
+    "Value",
+]
+
+EpochMs = Annotated[int, msgspec.Meta(ge=0, description="event time, epoch milliseconds")]
+"""Event time as an integer count of milliseconds since the Unix epoch (UTC)."""
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, description="bytes")]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, description="seconds (an integral over time)")]
+Usd = Annotated[float, msgspec.Meta(ge=0, description="US dollars")]
+Pct = Annotated[float, msgspec.Meta(ge=0, le=100, description="percent, 0..100")]
+Ratio = Annotated[float, msgspec.Meta(ge=0, le=1, description="ratio, 0..1")]
+
+Labels = Annotated[
+    Mapping[str, str],
+    msgspec.Meta(description="allow-listed Kubernetes labels (never every label)"),
+]
+
+Sharing = Literal["exclusive", "time-slicing", "mps", "mig"]
+"""How a GPU is shared: whole device, time-sliced replicas, MPS clients, or a MIG instance."""
+
+K8sEventType = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
+"""Watch event type; RESYNC is re-sent after a relist and consumers treat it like MODIFIED."""
+
+LifecycleState = Literal["queued", "running", "stalled", "finished"]
+"""Lifecycle state of a pod that requests a GPU (DESIGN.md section 4)."""
+
+AttributionMethod = Literal["exclusive", "process", "memory_share", "unknown"]
+"""How a pod's compute share of a GPU was derived, from most to least precise.
+
+exclusive: the device reading of a GPU the pod holds alone; process: per-process `sm_pct`
+summed per pod; memory_share: the device reading split by VRAM share; unknown: no
+utilization reading (MIG, for one), so no share is claimed.
+"""
+
+
+class Value(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False, gc=False):
+    """Base of every topic value and nested object.
+
+    Frozen (values are facts), keyword-only, and lenient about unknown fields: within a
+    major version only additive changes are allowed, so an older reader must accept a newer
+    writer's extra fields. gc=False: decoded JSON cannot form reference cycles, and skipping
+    the cycle collector's bookkeeping matters at 40,000 GPU-samples/s. Subclasses repeat
+    `frozen=True, kw_only=True` so that type checkers see it too.
+    """

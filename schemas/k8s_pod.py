@@ -1,0 +1,101 @@
+"""The `k8s.pods` topic: watch events of pods that request (or are seen on) a GPU, keyed by uid."""
+
+from collections.abc import Mapping
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from .codec import DAY_MS, TopicSpec
+from .fields import Count, EpochMs, K8sEventType, Labels, Value
+from .ids import NodeName, PodUid
+
+__all__ = ["TOPIC", "Condition", "ContainerStatus", "K8sPod", "Owner", "PodPhase"]
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+
+
+class Condition(Value, frozen=True, kw_only=True):
+    """One entry of `status.conditions` (PodScheduled, Initialized, ContainersReady, Ready...)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None
+    message: str | None
+
+
+class ContainerStatus(Value, frozen=True, kw_only=True):
+    """One entry of `status.containerStatuses`, flattened to the state that is set."""
+
+    name: str
+    state: Annotated[
+        Literal["waiting", "running", "terminated"],
+        msgspec.Meta(description="which of the container's states is set"),
+    ]
+    reason: Annotated[
+        str | None,
+        msgspec.Meta(description="e.g. ContainerCreating, CrashLoopBackOff, OOMKilled, Completed"),
+    ]
+    exit_code: Annotated[int | None, msgspec.Meta(description="set once terminated")]
+    restarts: Count
+
+
+class Owner(Value, frozen=True, kw_only=True):
+    """The controlling owner reference of a pod (Job, ReplicaSet, StatefulSet, ...)."""
+
+    kind: str
+    name: str
+
+
+class K8sPod(Value, frozen=True, kw_only=True):
+    """A pod as the watcher saw it after one watch event (the full state, not a diff).
+
+    `ts` is when the watcher observed the event (Kubernetes watch events carry no event
+    time). `type` RESYNC is re-sent after a relist; treat it like MODIFIED. Only pods that
+    request a GPU resource, or whose process is seen on a GPU, are published.
+    """
+
+    schema: Literal["gpuwatch.k8s.pod/v1"]
+    type: K8sEventType
+    ts: EpochMs
+    resource_version: Annotated[
+        str, msgspec.Meta(description="metadata.resourceVersion; opaque, compare for equality")
+    ]
+    uid: PodUid
+    namespace: str
+    name: str
+    node: Annotated[NodeName | None, msgspec.Meta(description="spec.nodeName; null until bound")]
+    phase: PodPhase
+    created_at: EpochMs
+    scheduled_at: Annotated[
+        EpochMs | None, msgspec.Meta(description="PodScheduled=True transition time")
+    ]
+    started_at: Annotated[EpochMs | None, msgspec.Meta(description="status.startTime")]
+    finished_at: Annotated[
+        EpochMs | None, msgspec.Meta(description="last container termination, once finished")
+    ]
+    gpu_request: Annotated[
+        Mapping[str, Count],
+        msgspec.Meta(description="GPU resource name -> count requested over all containers"),
+    ]
+    conditions: tuple[Condition, ...]
+    containers: tuple[ContainerStatus, ...]
+    labels: Labels
+    owner: Owner | None
+    priority_class: str | None
+    queue: Annotated[
+        str | None, msgspec.Meta(description="batch queue (Kueue, Volcano) when the pod has one")
+    ]
+
+
+TOPIC: Final = TopicSpec(
+    name="k8s.pods",
+    key="pod_uid",
+    value_type=K8sPod,
+    key_of=lambda value: value.uid,
+    # Delete after 7 days, not compaction: lifecycle replay needs every transition, which
+    # compaction would fold into the last state. Low volume; live pods are re-sent as RESYNC
+    # on every relist, so the window always holds each live pod's current state.
+    compacted=False,
+    retention_ms=7 * DAY_MS,
+    internal=False,
+)

@@ -1,0 +1,113 @@
+"""The `nvml.samples` topic: one NVML reading of every GPU of a node per tick, keyed by node."""
+
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from .codec import DAY_MS, TopicSpec
+from .fields import Bytes, Count, EpochMs, NonNegFloat, Pct, Sharing, Value
+from .ids import GpuUuid, NodeName, PodUid
+
+__all__ = ["TOPIC", "Allocation", "GpuProcess", "GpuReading", "NvmlSample"]
+
+
+class GpuProcess(Value, frozen=True, kw_only=True):
+    """A process NVML sees on a GPU, with the pod it belongs to when it belongs to one."""
+
+    pid: Annotated[Count, msgspec.Meta(description="host PID (NVML reports host PIDs)")]
+    mem_bytes: Annotated[
+        Bytes | None, msgspec.Meta(description="GPU memory used; null where NVML cannot tell")
+    ]
+    sm_pct: Annotated[
+        Pct | None,
+        msgspec.Meta(description="the process's SM utilization; null where unsupported"),
+    ]
+    pod_uid: Annotated[
+        PodUid | None,
+        msgspec.Meta(description="pod resolved from /proc/<pid>/cgroup; null when no pod"),
+    ]
+    container: Annotated[
+        str | None, msgspec.Meta(description="container name in the pod; null when no pod")
+    ]
+
+
+class GpuReading(Value, frozen=True, kw_only=True):
+    """One GPU (or one MIG instance) over the sampled interval.
+
+    Readings a driver does not support are null, never a made-up 0; they are still required
+    fields, so a missing key is an error while a null is an honest "unknown".
+    """
+
+    uuid: Annotated[GpuUuid, msgspec.Meta(description="GPU uuid, or the MIG device uuid")]
+    index: Annotated[Count, msgspec.Meta(description="NVML device index on the node")]
+    model: Annotated[str, msgspec.Meta(description="NVML product name")]
+    parent_uuid: Annotated[
+        GpuUuid | None, msgspec.Meta(description="physical GPU of a MIG instance, else null")
+    ]
+    mig_profile: Annotated[
+        str | None, msgspec.Meta(description="MIG profile such as 1g.10gb, else null")
+    ]
+    sharing: Sharing
+    util_pct: Annotated[Pct | None, msgspec.Meta(description="device GPU utilization")]
+    mem_util_pct: Annotated[Pct | None, msgspec.Meta(description="memory controller busy")]
+    mem_used_bytes: Bytes
+    mem_total_bytes: Bytes
+    power_w: Annotated[NonNegFloat | None, msgspec.Meta(description="power draw, watts")]
+    temp_c: Annotated[int | None, msgspec.Meta(description="GPU temperature, Celsius")]
+    xid_errors: Annotated[
+        tuple[Count, ...], msgspec.Meta(description="Xid error codes seen in the interval")
+    ]
+    ecc_dbe: Annotated[
+        Count | None,
+        msgspec.Meta(description="volatile double-bit ECC errors; null without ECC"),
+    ]
+    processes: tuple[GpuProcess, ...]
+
+
+class Allocation(Value, frozen=True, kw_only=True):
+    """A GPU resource the kubelet (PodResources API) has assigned to a pod's container."""
+
+    pod_uid: PodUid
+    namespace: str
+    pod: str
+    container: str
+    resource: Annotated[
+        str, msgspec.Meta(description="extended resource, e.g. nvidia.com/gpu or nvidia.com/mig-*")
+    ]
+    device_ids: Annotated[
+        tuple[GpuUuid, ...],
+        msgspec.Meta(
+            description="GPU or MIG uuids; a time-slicing replica suffix (::N) is stripped"
+        ),
+    ]
+
+
+class NvmlSample(Value, frozen=True, kw_only=True):
+    """All GPUs of one node over `[ts, ts + interval_ms)`, with the kubelet's allocations.
+
+    `ts` is the start of the sampled interval. `allocations` are read every tick, so a GPU
+    is allocated to a pod exactly over the intervals whose sample lists it.
+    """
+
+    schema: Literal["gpuwatch.nvml.sample/v1"]
+    node: NodeName
+    ts: EpochMs
+    interval_ms: Annotated[int, msgspec.Meta(gt=0, description="length of the interval, ms")]
+    seq: Annotated[
+        Count, msgspec.Meta(description="per-agent tick counter; a gap or reset shows loss")
+    ]
+    gpus: tuple[GpuReading, ...]
+    allocations: tuple[Allocation, ...]
+
+
+TOPIC: Final = TopicSpec(
+    name="nvml.samples",
+    key="node",
+    value_type=NvmlSample,
+    key_of=lambda value: value.node,
+    # Delete after 1 day: the highest-volume topic (about 1 KB per GPU per second), kept long
+    # enough to replay a day and to survive a worker outage; history lives in the sinks.
+    compacted=False,
+    retention_ms=1 * DAY_MS,
+    internal=False,
+)

@@ -1,0 +1,70 @@
+"""Every topic of DESIGN.md section 3 in one place: the specs, their order, co-partitioning."""
+
+from typing import Any, Final
+
+from . import (
+    alert,
+    attribution,
+    deadletter,
+    gpu_window,
+    k8s_node,
+    k8s_pod,
+    nvml_sample,
+    pod_lifecycle,
+    pod_usage,
+)
+from .codec import TopicSpec
+
+__all__ = [
+    "ALERTS",
+    "ALL_TOPICS",
+    "ATTRIBUTION",
+    "DEADLETTER",
+    "DEFAULT_TOPIC_PREFIX",
+    "GPU_WINDOWS",
+    "K8S_NODES",
+    "K8S_PODS",
+    "NVML_SAMPLES",
+    "POD_KEYED",
+    "POD_LIFECYCLE",
+    "POD_USAGE",
+    "by_name",
+]
+
+DEFAULT_TOPIC_PREFIX: Final = "gpuwatch."
+
+NVML_SAMPLES: Final = nvml_sample.TOPIC
+K8S_PODS: Final = k8s_pod.TOPIC
+K8S_NODES: Final = k8s_node.TOPIC
+POD_USAGE: Final = pod_usage.TOPIC
+POD_LIFECYCLE: Final = pod_lifecycle.TOPIC
+ATTRIBUTION: Final = attribution.TOPIC
+GPU_WINDOWS: Final = gpu_window.TOPIC
+ALERTS: Final = alert.TOPIC
+DEADLETTER: Final = deadletter.TOPIC
+
+ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
+    NVML_SAMPLES,
+    K8S_PODS,
+    K8S_NODES,
+    POD_USAGE,
+    POD_LIFECYCLE,
+    ATTRIBUTION,
+    GPU_WINDOWS,
+    ALERTS,
+    DEADLETTER,
+)
+"""All topics, in the order of DESIGN.md section 3."""
+
+POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
+    spec for spec in ALL_TOPICS if spec.key == "pod_uid"
+)
+"""Topics keyed by pod uid: joined by co-partitioning, so they must share a partition count."""
+
+
+def by_name(name: str) -> TopicSpec[Any]:
+    """The spec of a topic by its unprefixed name (`nvml.samples`); KeyError when unknown."""
+    for spec in ALL_TOPICS:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
