@@ -49,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url", metavar="URL", help="Redis URL (env: GPUWATCH_REDIS_URL)")
     parser.add_argument(
         "--log-level",
-        default="INFO",
+        default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (default: INFO)",
+        help="log level (default: WARNING)",
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     _add_stack(verbs)
@@ -73,8 +73,8 @@ def _add_stack(verbs: Any) -> None:
     actions.add_parser(
         "up",
         help="start what is not running (idempotent)",
-        description="Start Kafka on 127.0.0.1:9092, Redis on 6379 and Prometheus on 9090, "
-        "each unless already running, and wait until each answers (Kafka: a metadata "
+        description="Start Kafka on 127.0.0.1:9092, Redis on 6379 and Prometheus on 9090 "
+        "(idempotent: each unless already running), and wait until each answers (Kafka: a metadata "
         "request; Redis: PING; Prometheus: /-/ready).",
     ).set_defaults(handler=_stack_up)
     actions.add_parser(
@@ -156,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    if args.log_level != "DEBUG":
+        # kafka-python logs every connection at INFO; its warnings still show.
+        logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.root.level))
     try:
         settings = load_settings(config_file=args.config, overrides=_overrides(args))
     except SettingsError as exc:

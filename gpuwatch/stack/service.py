@@ -1,0 +1,111 @@
+"""What every local-stack service shares: its description, its status, its paths, its errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ServiceName = Literal["kafka", "redis", "prometheus"]
+ServiceState = Literal["up", "down", "external", "starting"]
+Progress = Callable[[str], None]
+
+HOST = "127.0.0.1"  # the local stack never listens beyond loopback
+
+
+class StackError(Exception):
+    """The local stack cannot be brought to the asked state; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One service as `gpuwatch stack` reports it."""
+
+    name: ServiceName
+    state: ServiceState
+    port: int
+    pid: int | None
+    log: Path | None
+    detail: str
+
+    @property
+    def healthy(self) -> bool:
+        """Up, or an external service that answers: usable by gpuwatch."""
+        return self.state in ("up", "external")
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    """The layout of the state directory: one folder per service, logs, pid files."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, state_dir: Path) -> StackPaths:
+        """Absolute paths, so a process's command line can be matched against them."""
+        return cls(state_dir.expanduser().resolve())
+
+    def service_dir(self, name: ServiceName) -> Path:
+        """Data and rendered configuration of one service."""
+        return self.root / name
+
+    def log(self, name: ServiceName) -> Path:
+        """stdout and stderr of one service."""
+        return self.root / "logs" / f"{name}.log"
+
+    def pid_file(self, name: ServiceName) -> Path:
+        """The pid of the running service, while gpuwatch runs it."""
+        return self.root / "run" / f"{name}.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        """Held while `stack up` or `stack down` runs, so two do not race."""
+        return self.root / "run" / "stack.lock"
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """How to check, prepare, start and probe one service of the stack.
+
+    `check` raises StackError when a binary or a file the service needs is missing;
+    `prepare` fetches, renders and formats what the service needs and returns its
+    command line; `probe` asks the service once whether it answers (a few seconds
+    at most), which is what both `up` and `status` mean by "up".
+    """
+
+    name: ServiceName
+    port: int
+    check: Callable[[], None]
+    prepare: Callable[[Progress], list[str]]
+    probe: Callable[[], bool]
+    workdir: Path
+    extra_ports: tuple[int, ...] = ()
+    stop_timeout_s: float = 10.0
+
+    @property
+    def address(self) -> str:
+        """host:port of the service's listener."""
+        return f"{HOST}:{self.port}"
+
+
+def format_table(statuses: Sequence[ServiceStatus]) -> str:
+    """A fixed-width table of the services, one per line, for the terminal."""
+    header = ("SERVICE", "STATE", "ADDRESS", "PID", "DETAIL", "LOG")
+    rows = [header] + [
+        (
+            s.name,
+            s.state,
+            f"{HOST}:{s.port}",
+            "-" if s.pid is None else str(s.pid),
+            s.detail or "-",
+            "-" if s.log is None else str(s.log),
+        )
+        for s in statuses
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in rows
+    ]
+    return "\n".join(line.rstrip() for line in lines)

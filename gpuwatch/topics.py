@@ -1,0 +1,162 @@
+"""Creates and checks the Kafka topics of DESIGN.md §3 (the kafka-python admin adapter)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from schemas import ALL_TOPICS, POD_KEYED, TopicSpec
+from schemas.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ADMIN_TIMEOUT_MS = 15_000  # a healthy broker answers in milliseconds; a cold one in seconds
+
+Outcome = Literal["created", "exists", "missing", "partition-mismatch"]
+
+
+class TopicAdminError(Exception):
+    """The broker could not be reached or refused an admin request."""
+
+
+@dataclass(frozen=True)
+class TopicRow:
+    """What became of one topic."""
+
+    name: str
+    outcome: Outcome
+    partitions: int | None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the topic exists with the partition count it should have."""
+        return self.outcome in ("created", "exists")
+
+
+def topic_configs(spec: TopicSpec[Any]) -> dict[str, str]:
+    """Broker-side configs of one topic: cleanup policy and retention."""
+    configs = {"cleanup.policy": "compact,delete" if spec.compacted else "delete"}
+    if spec.retention_ms is not None:
+        configs["retention.ms"] = str(spec.retention_ms)
+    return configs
+
+
+@contextmanager
+def _admin(settings: Settings) -> Iterator[KafkaAdminClient]:
+    try:
+        admin = KafkaAdminClient(
+            client_id="gpuwatch-admin",
+            request_timeout_ms=ADMIN_TIMEOUT_MS,
+            **settings.kafka.client_options(),
+        )
+    except KafkaError as exc:
+        raise TopicAdminError(
+            f"cannot reach Kafka at {settings.kafka.bootstrap}: {exc!r}; "
+            "is the stack up (`gpuwatch stack up`)?"
+        ) from exc
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def _existing(admin: KafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition counts of those of `names` that exist."""
+    present = set(admin.list_topics()) & set(names)
+    if not present:
+        return {}
+    described = admin.describe_topics(sorted(present))
+    # kafka-python 3 names the topic `name` (2.x: `topic`).
+    return {item.get("name", item.get("topic")): len(item["partitions"]) for item in described}
+
+
+def create_topics(settings: Settings) -> list[TopicRow]:
+    """Create every missing topic; report those that exist with another partition count."""
+    prefix = settings.kafka.topic_prefix
+    want = settings.kafka.partitions
+    names = [spec.full_name(prefix) for spec in ALL_TOPICS]
+    try:
+        with _admin(settings) as admin:
+            existing = _existing(admin, names)
+            new = [
+                NewTopic(
+                    name=spec.full_name(prefix),
+                    num_partitions=want,
+                    replication_factor=settings.kafka.replication_factor,
+                    topic_configs=topic_configs(spec),
+                )
+                for spec in ALL_TOPICS
+                if spec.full_name(prefix) not in existing
+            ]
+            created: set[str] = set()
+            for topic in new:
+                # One request per topic, so a topic created meanwhile by another
+                # process (a second worker starting) does not fail the others.
+                try:
+                    admin.create_topics([topic], timeout_ms=ADMIN_TIMEOUT_MS)
+                    created.add(topic.name)
+                    log.info("topic created topic=%s partitions=%d", topic.name, want)
+                except TopicAlreadyExistsError:
+                    pass
+            if len(created) < len(new):
+                existing = _existing(admin, names)
+    except KafkaError as exc:
+        raise TopicAdminError(f"Kafka refused the topic request: {exc!r}") from exc
+    return [
+        _row(spec, prefix, spec.full_name(prefix) in created, existing, want) for spec in ALL_TOPICS
+    ]
+
+
+def describe_topics(settings: Settings) -> list[TopicRow]:
+    """The state of every topic, without changing anything."""
+    prefix = settings.kafka.topic_prefix
+    names = [spec.full_name(prefix) for spec in ALL_TOPICS]
+    try:
+        with _admin(settings) as admin:
+            existing = _existing(admin, names)
+    except KafkaError as exc:
+        raise TopicAdminError(f"Kafka refused the metadata request: {exc!r}") from exc
+    want = settings.kafka.partitions
+    return [_row(spec, prefix, False, existing, want) for spec in ALL_TOPICS]
+
+
+def _row(
+    spec: TopicSpec[Any], prefix: str, created: bool, existing: dict[str, int], want: int
+) -> TopicRow:
+    name = spec.full_name(prefix)
+    partitions = existing.get(name)
+    if created:
+        return TopicRow(name, "created", want)
+    if partitions is None:
+        return TopicRow(name, "missing", None, "run `gpuwatch topics create`")
+    if partitions == want:
+        return TopicRow(name, "exists", partitions)
+    if spec in POD_KEYED:
+        # The worker joins these by co-partitioning: one uid must land on the same
+        # partition number in each of them, which only equal counts guarantee.
+        return TopicRow(
+            name,
+            "partition-mismatch",
+            partitions,
+            f"has {partitions} partitions, the pod-keyed topics need {want} like the others",
+        )
+    return TopicRow(name, "exists", partitions, f"{partitions} partitions, settings say {want}")
+
+
+def format_report(rows: list[TopicRow]) -> str:
+    """A plain-text table of the rows."""
+    width = max(len(row.name) for row in rows)
+    lines = [f"{'TOPIC':<{width}}  {'PARTITIONS':>10}  STATUS"]
+    for row in rows:
+        count = "-" if row.partitions is None else str(row.partitions)
+        detail = f" ({row.detail})" if row.detail else ""
+        lines.append(f"{row.name:<{width}}  {count:>10}  {row.outcome}{detail}")
+    return "\n".join(lines)

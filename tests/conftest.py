@@ -1,0 +1,35 @@
+"""Shared fixtures: the settings in force and the real local stack for integration tests."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+
+from gpuwatch.config import load_settings
+from schemas.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """The settings a user running the tests has (environment and defaults)."""
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings) -> Settings:
+    """The local stack, started unless it already runs (`gpuwatch stack up` is idempotent)."""
+    from gpuwatch.stack import manager
+
+    def progress(message: str) -> None:
+        print(f"stack: {message}", file=sys.stderr)
+
+    manager.up(settings, progress)
+    return settings
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic prefix of this test alone, so runs and tests never share topics."""
+    return f"gwtest-{uuid.uuid4().hex[:10]}."

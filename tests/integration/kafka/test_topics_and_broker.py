@@ -1,0 +1,122 @@
+"""Topic creation against the real broker, and a message through a topic both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from gpuwatch.topics import create_topics, describe_topics
+from schemas import ALL_TOPICS, NVML_SAMPLES, POD_KEYED, NvmlSample
+from schemas.examples import example
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
+    """Settings with a topic prefix and partition count of this test alone."""
+    kafka = stack.kafka.model_copy(update={"topic_prefix": topic_prefix, "partitions": 3})
+    yield stack.model_copy(update={"kafka": kafka})
+    admin = KafkaAdminClient(**stack.kafka.client_options())
+    try:
+        names = [name for name in admin.list_topics() if name.startswith(topic_prefix)]
+        if names:
+            admin.delete_topics(names)
+    finally:
+        admin.close()
+
+
+def test_create_topics_is_idempotent_with_configs(scoped: Settings) -> None:
+    prefix = scoped.kafka.topic_prefix
+    first = create_topics(scoped)
+    assert [row.name for row in first] == [spec.full_name(prefix) for spec in ALL_TOPICS]
+    assert {row.outcome for row in first} == {"created"}
+    second = create_topics(scoped)
+    assert {row.outcome for row in second} == {"exists"}
+    assert {row.partitions for row in describe_topics(scoped)} == {3}
+
+    admin = KafkaAdminClient(**scoped.kafka.client_options())
+    try:
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, spec.full_name(prefix)) for spec in ALL_TOPICS
+        ]
+        described = admin.describe_configs(resources)
+    finally:
+        admin.close()
+    configs = described["topic"]
+    for spec in ALL_TOPICS:
+        entry = configs[spec.full_name(prefix)]
+        assert entry["cleanup.policy"]["value"] == (
+            "compact,delete" if spec.compacted else "delete"
+        )
+        assert entry["retention.ms"]["value"] == str(spec.retention_ms)
+
+
+def test_a_pod_keyed_topic_with_another_partition_count_is_reported(scoped: Settings) -> None:
+    prefix = scoped.kafka.topic_prefix
+    odd = POD_KEYED[-1].full_name(prefix)
+    admin = KafkaAdminClient(**scoped.kafka.client_options())
+    try:
+        admin.create_topics([NewTopic(odd, num_partitions=5, replication_factor=1)])
+    finally:
+        admin.close()
+    rows = {row.name: row for row in create_topics(scoped)}
+    assert rows[odd].outcome == "partition-mismatch"
+    assert rows[odd].partitions == 5
+    assert not rows[odd].ok
+    others = [row for name, row in rows.items() if name != odd]
+    assert all(row.outcome == "created" for row in others)
+
+
+def test_a_sample_goes_through_the_broker_to_both_clients(scoped: Settings) -> None:
+    create_topics(scoped)
+    topic = NVML_SAMPLES.full_name(scoped.kafka.topic_prefix)
+    sample = NVML_SAMPLES.decode(json.dumps(example(NVML_SAMPLES.schema_name)))
+    assert isinstance(sample, NvmlSample)
+
+    producer = KafkaProducer(acks="all", **scoped.kafka.client_options())
+    try:
+        future = producer.send(topic, key=sample.node.encode(), value=NVML_SAMPLES.encode(sample))
+        metadata = future.get(timeout=30)
+    finally:
+        producer.close()
+
+    consumer = KafkaConsumer(
+        topic,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=20_000,
+        **scoped.kafka.client_options(),
+    )
+    try:
+        received = next(iter(consumer))
+    finally:
+        consumer.close()
+    assert received.partition == metadata.partition
+    assert received.key == sample.node.encode()
+    assert NVML_SAMPLES.decode(received.value) == sample
+
+    async def read_with_aiokafka() -> bytes:
+        # aiokafka is the client inside the Faust worker: prove it speaks to Kafka 4.x.
+        reader = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=scoped.kafka.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await reader.start()
+        try:
+            message = await asyncio.wait_for(reader.getone(), timeout=20)
+        finally:
+            await reader.stop()
+        assert message.value is not None
+        return message.value
+
+    assert NVML_SAMPLES.decode(asyncio.run(read_with_aiokafka())) == sample

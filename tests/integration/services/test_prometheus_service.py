@@ -1,0 +1,56 @@
+"""The local stack's Prometheus runs our configuration and answers queries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_prometheus_scrapes_itself_and_has_our_jobs(stack: Settings) -> None:
+    base = f"http://127.0.0.1:{stack.stack.prometheus_port}"
+    with urllib.request.urlopen(f"{base}/-/ready", timeout=10) as response:
+        assert response.status == 200
+
+    targets = _get(f"{base}/api/v1/targets")["data"]["activeTargets"]
+    jobs = {target["labels"]["job"] for target in targets}
+    assert {"gpuwatch-worker", "gpuwatch-node-agent", "prometheus"} <= jobs
+
+    # The first scrape of itself lands within a scrape interval of start.
+    deadline = time.monotonic() + 30
+    result: list[Any] = []
+    while time.monotonic() < deadline:
+        query = _get(f"{base}/api/v1/query?query=up%7Bjob%3D%22prometheus%22%7D")
+        result = query["data"]["result"]
+        if result:
+            break
+        time.sleep(0.5)
+    assert result, "Prometheus has not scraped itself within 30 s"
+    assert result[0]["value"][1] == "1"
+
+
+def test_promtool_accepts_the_config() -> None:
+    config = REPO / "deploy" / "prometheus" / "prometheus.yml"
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
