@@ -101,7 +101,9 @@ def create_topics(settings: Settings) -> list[TopicRow]:
                 # One request per topic, so a topic created meanwhile by another
                 # process (a second worker starting) does not fail the others.
                 try:
-                    admin.create_topics([topic], timeout_ms=ADMIN_TIMEOUT_MS)
+                    admin.create_topics(
+                        [topic], timeout_ms=ADMIN_TIMEOUT_MS, wait_for_metadata=True
+                    )
                     created.add(topic.name)
                     log.info("topic created topic=%s partitions=%d", topic.name, want)
                 except TopicAlreadyExistsError:

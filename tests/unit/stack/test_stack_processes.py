@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,16 @@ def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A live process whose $0 is a path inside tmp_path/state: one of "our" daemons."""
     state = tmp_path / "state"
     state.mkdir()
-    child = subprocess.Popen(["sh", "-c", "sleep 60", str(state / "kafka" / "server.properties")])
+    # Python keeps its argv as given (a shell may exec `sleep` and lose the path).
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(state / "kafka" / "x.properties")]
+    )
+    # Until the child has exec'd, /proc/<pid>/cmdline is still the forked test's.
+    deadline = time.monotonic() + 10
+    marker = str(state).encode()
+    while marker not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the child never exec'd"
+        time.sleep(0.01)
     yield child
     child.kill()
     child.wait()
