@@ -1,0 +1,1 @@
+"""Kubelet PodResources API client: which pod holds which GPU on this node."""

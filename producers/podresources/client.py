@@ -1,0 +1,219 @@
+"""Which pod holds which GPU on this node: the kubelet PodResources v1 API over its unix socket.
+
+The kubelet is a dependency the agent must outlive: when the socket is missing or a
+call fails, a tick publishes its samples without allocations (None here) and the next
+tick tries again on a fresh channel. One outage logs one WARNING, the recovery INFO.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
+
+import grpc
+
+from producers.podresources.devices import ResourceFilter
+from producers.podresources.poduids import PodLogUids
+from producers.podresources.proto import api_pb2, method_path
+from producers.readings import AllocationSource, DeviceAllocation
+from schemas.ids import PodUid
+
+__all__ = [
+    "DEFAULT_RESOURCES",
+    "DEFAULT_RESOURCE_PREFIXES",
+    "DEFAULT_SOCKET",
+    "KubeletAllocationSource",
+    "PodUidLookup",
+    "allocations_from_response",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# `nvidia.com/gpu.shared` is what the NVIDIA plugin advertises for time-slicing or MPS
+# replicas when `renameByDefault: true`; MIG with the `mixed` strategy gets one
+# resource per profile (`nvidia.com/mig-1g.10gb`).
+DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+DEFAULT_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
+# A List answer is a few KiB per hundred pods, far below gRPC's 4 MiB default; the
+# headroom is for nodes with a raised maxPods and CPU/memory pinning on every container,
+# where an oversized answer would fail every tick with RESOURCE_EXHAUSTED.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+class PodUidLookup(Protocol):
+    """(namespace, pod name) -> pod uid; the PodResources API carries no uid."""
+
+    def refresh(self) -> None:
+        """Re-read the source; called once before each List is converted."""
+        ...
+
+    def lookup(self, namespace: str, pod: str) -> PodUid | None:
+        """The uid of `namespace/pod`, or None when unknown."""
+        ...
+
+
+def allocations_from_response(
+    response: api_pb2.ListPodResourcesResponse,
+    wanted: Callable[[str], bool],
+    uids: PodUidLookup,
+) -> tuple[DeviceAllocation, ...]:
+    """One DeviceAllocation per container and wanted resource; pods of unknown uid skipped."""
+    allocations: list[DeviceAllocation] = []
+    for pod in response.pod_resources:
+        devices = [
+            (container.name, device)
+            for container in pod.containers
+            for device in container.devices
+            if device.device_ids and wanted(device.resource_name)
+        ]
+        if not devices:
+            continue
+        uid = uids.lookup(pod.namespace, pod.name)
+        if uid is None:
+            logger.debug("allocation skipped: pod uid unknown pod=%s/%s", pod.namespace, pod.name)
+            continue
+        allocations.extend(
+            DeviceAllocation(
+                pod_uid=uid,
+                namespace=pod.namespace,
+                pod=pod.name,
+                container=container,
+                resource=device.resource_name,
+                device_ids=tuple(device.device_ids),
+            )
+            for container, device in devices
+        )
+    return tuple(allocations)
+
+
+class KubeletAllocationSource:
+    """AllocationSource reading the kubelet's PodResources socket (gRPC v1 List)."""
+
+    def __init__(
+        self,
+        socket_path: Path = DEFAULT_SOCKET,
+        resources: Sequence[str] = DEFAULT_RESOURCES,
+        resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
+        timeout_s: float = 2.0,
+        pod_uids: PodUidLookup | None = None,
+    ) -> None:
+        self._socket_path = socket_path
+        self._wanted = ResourceFilter.of(resources, resource_prefixes)
+        self._timeout_s = timeout_s
+        self._pod_uids: PodUidLookup = pod_uids if pod_uids is not None else PodLogUids()
+        self._channel: grpc.Channel | None = None
+        self._failures = 0
+        """Failed calls since the last success; the first one of an outage warns."""
+
+    def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
+        """Current GPU allocations of this node; None while the kubelet cannot be read."""
+        response = self._call("List", self._list_rpc)
+        if response is None:
+            return None
+        self._pod_uids.refresh()
+        return allocations_from_response(response, self._wanted, self._pod_uids)
+
+    def allocatable(self) -> tuple[str, ...] | None:
+        """Device ids of the GPU resources the kubelet can allocate; None where not served."""
+        response = self._call("GetAllocatableResources", self._allocatable_rpc, optional=True)
+        if response is None:
+            return None
+        return tuple(sorted(_wanted_ids(response.devices, self._wanted)))
+
+    def close(self) -> None:
+        """Close the channel; a later call opens a new one."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def __enter__(self) -> Self:
+        """The source itself; closed on exit."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the channel."""
+        self.close()
+
+    def _list_rpc(self, channel: grpc.Channel) -> api_pb2.ListPodResourcesResponse:
+        """One v1 List call."""
+        rpc = channel.unary_unary(
+            method_path("List"),
+            request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
+            response_deserializer=api_pb2.ListPodResourcesResponse.FromString,
+        )
+        return rpc(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
+
+    def _allocatable_rpc(self, channel: grpc.Channel) -> api_pb2.AllocatableResourcesResponse:
+        """One v1 GetAllocatableResources call."""
+        rpc = channel.unary_unary(
+            method_path("GetAllocatableResources"),
+            request_serializer=api_pb2.AllocatableResourcesRequest.SerializeToString,
+            response_deserializer=api_pb2.AllocatableResourcesResponse.FromString,
+        )
+        return rpc(api_pb2.AllocatableResourcesRequest(), timeout=self._timeout_s)
+
+    def _call(
+        self, name: str, rpc: Callable[[grpc.Channel], T], optional: bool = False
+    ) -> T | None:
+        """Run one RPC; None (logged) when the socket is missing or the call fails.
+
+        `optional` RPCs answering UNIMPLEMENTED (an older kubelet, a disabled feature
+        gate) give None without counting as an outage.
+        """
+        if not self._socket_path.exists():
+            self.close()
+            self._failed(f"kubelet pod-resources socket missing at {self._socket_path}")
+            return None
+        if self._channel is None:
+            target = f"unix://{self._socket_path.absolute()}"
+            options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+            self._channel = grpc.insecure_channel(target, options=options)
+        try:
+            result = rpc(self._channel)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if optional and code == grpc.StatusCode.UNIMPLEMENTED:
+                logger.debug("kubelet pod-resources rpc=%s not served", name)
+                return None
+            self.close()
+            self._failed(
+                f"kubelet pod-resources call failed socket={self._socket_path} rpc={name} "
+                f"code={code.name if code is not None else None} detail={exc.details()!r}"
+            )
+            return None
+        if self._failures:
+            logger.info(
+                "kubelet pod-resources available again socket=%s failed_calls=%d",
+                self._socket_path,
+                self._failures,
+            )
+            self._failures = 0
+        return result
+
+    def _failed(self, what: str) -> None:
+        """Count a failed call: WARNING for the first of an outage, DEBUG for the rest."""
+        level = logging.WARNING if self._failures == 0 else logging.DEBUG
+        self._failures += 1
+        logger.log(level, "%s; publishing samples without allocations; retrying", what)
+
+
+def _wanted_ids(
+    devices: Iterable[api_pb2.ContainerDevices], wanted: Callable[[str], bool]
+) -> list[str]:
+    """Device ids of the wanted resources."""
+    return [i for device in devices if wanted(device.resource_name) for i in device.device_ids]
+
+
+if TYPE_CHECKING:
+    _conforms: AllocationSource = KubeletAllocationSource()

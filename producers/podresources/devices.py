@@ -1,0 +1,65 @@
+"""Device ids as device plugins write them: replica suffixes, MIG ids and resource filters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from producers.readings import DeviceAllocation
+from schemas.ids import GpuUuid
+
+__all__ = ["ResourceFilter", "is_replicated", "normalise_device_id"]
+
+# The NVIDIA k8s-device-plugin (internal/rm/devices.go, `NewAnnotatedID`) advertises
+# each time-slicing or MPS replica of a device as fmt.Sprintf("%s::%d", id, replica),
+# e.g. `GPU-8f3c...::3`, whether or not `renameByDefault` renames the resource to
+# `nvidia.com/gpu.shared`; `AnnotatedID.Split` cuts at the first "::". MIG devices
+# can be replicated the same way (`MIG-...::1`). dcgm-exporter's pod mapper
+# (internal/pkg/transformation/kubernetes.go) splits on "::" likewise.
+REPLICA_SEPARATOR = "::"
+
+
+def normalise_device_id(device_id: str) -> tuple[GpuUuid, int | None]:
+    """The device uuid behind a plugin device id, and its replica number if it has one.
+
+    `GPU-8f3c...::3` -> (`GPU-8f3c...`, 3); `GPU-8f3c...` -> (itself, None);
+    MIG ids, the current `MIG-<uuid>` and the pre-R470 `MIG-GPU-<uuid>/<gi>/<ci>`,
+    are NVML device uuids already and stay as they are. A suffix that is not a
+    number is not a replica annotation: the id is returned whole.
+
+    Not mappable here: plugins run with `deviceIDStrategy: index` (ids `0`, `0::1`,
+    MIG `0:1`) and GKE's plugin (`nvidia0`, `nvidia0/vgpu2`) name devices by index,
+    which only a table of this node's devices can turn into uuids.
+    """
+    base, separator, replica = device_id.partition(REPLICA_SEPARATOR)
+    if separator and replica.isdecimal() and base:
+        return GpuUuid(base), int(replica)
+    return GpuUuid(device_id), None
+
+
+def is_replicated(allocations: Iterable[DeviceAllocation]) -> set[GpuUuid]:
+    """Devices allocated as replicas: the agent marks these `sharing: time-slicing`."""
+    shared: set[GpuUuid] = set()
+    for allocation in allocations:
+        for device_id in allocation.device_ids:
+            uuid, replica = normalise_device_id(device_id)
+            if replica is not None:
+                shared.add(uuid)
+    return shared
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFilter:
+    """Which extended resources count as GPUs: exact names plus name prefixes."""
+
+    names: frozenset[str]
+    prefixes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, names: Sequence[str], prefixes: Sequence[str]) -> ResourceFilter:
+        """A filter from configured names (`nvidia.com/gpu`) and prefixes (`nvidia.com/mig-`)."""
+        return cls(frozenset(names), tuple(prefixes))
+
+    def __call__(self, resource: str) -> bool:
+        """True when `resource` is one of the GPU resources."""
+        return resource in self.names or resource.startswith(self.prefixes)
