@@ -1,0 +1,137 @@
+"""The per-pod state the stream processors keep: lifecycle inputs, open windows, alert flags.
+
+One `PodState` per pod uid lives in a Faust Table; every function of `lifecycle`,
+`pod_attribution` and `pod_alerts` takes one and returns the next (states are frozen,
+never mutated). It is a msgspec Struct, so it round-trips through JSON (`to_dict` /
+`from_dict`, `encode` / `decode`) exactly; every field has a default, so a state
+written by an older worker still decodes after a field is added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from schemas.fields import AttributionMethod, LifecycleState, Sharing
+from schemas.ids import GpuUuid, NodeName, PodUid
+from schemas.k8s_pod import Owner
+
+__all__ = ["GpuTotals", "OpenWindow", "PodState", "decode", "encode", "new_state"]
+
+
+class _State(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
+    """Base of the stored structs: frozen, keyword-only, lenient about unknown fields."""
+
+
+class GpuTotals(_State, frozen=True, kw_only=True):
+    """One GPU's integrals for the pod within one open window."""
+
+    uuid: GpuUuid
+    model: str
+    sharing: Sharing
+    method: AttributionMethod
+    allocated_seconds: float = 0.0
+    used_gpu_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    vram_byte_seconds: float = 0.0
+    vram_peak_bytes: int = 0
+    energy_joules: float = 0.0
+    cost_usd: float = 0.0
+    waste_usd: float = 0.0
+
+
+class OpenWindow(_State, frozen=True, kw_only=True):
+    """A window `[start, start + window_s)` that has usage and has not been emitted yet."""
+
+    start: int
+    gpus: tuple[GpuTotals, ...] = ()
+
+
+class PodState(_State, frozen=True, kw_only=True):
+    """Everything the processors remember about one pod, keyed by its uid.
+
+    Four groups of fields, each owned by one module: what the pod is (from its latest pod
+    event; `node` from usage until one arrives), the state machine's inputs and outputs
+    (`lifecycle`), the open windows (`pod_attribution`) and the alert flags (`pod_alerts`).
+    """
+
+    uid: PodUid
+    # What the pod is.
+    namespace: str = ""
+    name: str = ""
+    node: NodeName | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    owner: Owner | None = None
+    created_at: int | None = None
+    # Pod events applied: the latest one's resource version, event time and type.
+    resource_version: str | None = None
+    event_ts: int | None = None
+    deleted: bool = False
+    # What the pod events and usage say (the state machine's inputs).
+    base: LifecycleState | None = None
+    """queued, running or finished from the pod event; None before a usable pod event."""
+    base_reason: str | None = None
+    crashloop: bool = False
+    """A container crash-loops after the pod started; cleared when it runs and is ready."""
+    idle_since: int | None = None
+    usage_until: int | None = None
+    """End of the newest usage seen by the state machine (older usage is a replay)."""
+    horizon: int = 0
+    """The latest event time this pod has seen: pod events, usage ends, watermarks."""
+    # The state machine's output.
+    state: LifecycleState | None = None
+    reason: str | None = None
+    since: int = 0
+    """When the current state began (a reason change within a state keeps it)."""
+    accrued_until: int = 0
+    """Time up to which `queued_ms`, `running_ms` and `stalled_ms` are counted."""
+    stall_idle_since: int | None = None
+    """The `idle_since` the current Idle stall was derived from."""
+    queued_ms: int = 0
+    running_ms: int = 0
+    stalled_ms: int = 0
+    history: tuple[tuple[int, LifecycleState], ...] = ()
+    """(ts, state) of recent state changes, enough to tell each open window's end state."""
+    # Attribution windows.
+    windows: tuple[OpenWindow, ...] = ()
+    """Open windows, by start."""
+    attributed_until: int | None = None
+    """End of the newest usage counted into windows (older usage is a replay)."""
+    closed_until: int = 0
+    """Every window that starts before this is closed: usage for it is late."""
+    # Alerts.
+    queued_alert_since: int | None = None
+    """Start of the current queued spell as the alert rules saw it; None when not queued."""
+    queued_alert_firing: bool = False
+    stalled_alert_since: int | None = None
+    """`since` of the firing PodStalled alert; None when it is not firing."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as JSON-ready builtins (a Faust Table value)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PodState:
+        """The state back from `to_dict`'s output."""
+        return msgspec.convert(data, cls)
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(PodState)
+
+
+def new_state(uid: PodUid) -> PodState:
+    """The state of a pod nothing is known of yet."""
+    return PodState(uid=uid)
+
+
+def encode(state: PodState) -> bytes:
+    """The state as compact JSON."""
+    return _ENCODER.encode(state)
+
+
+def decode(raw: bytes | str) -> PodState:
+    """The state back from `encode`'s output."""
+    return _DECODER.decode(raw)

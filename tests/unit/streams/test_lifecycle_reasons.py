@@ -1,0 +1,79 @@
+"""Base state and reason of single pod events, beyond the recorded fixtures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from test_pod_fixtures import container, pod
+
+from streams.lifecycle_reasons import observe
+
+SCHEDULED = {"type": "PodScheduled", "status": "True", "reason": None, "message": None}
+
+
+def disruption(reason: str) -> dict[str, Any]:
+    return {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": None}
+
+
+@pytest.mark.parametrize(
+    ("phase", "type_", "conditions", "expected"),
+    [
+        ("Running", "DELETED", [SCHEDULED, disruption("EvictionByEvictionAPI")], "Evicted"),
+        ("Running", "DELETED", [SCHEDULED, disruption("PreemptionByScheduler")], "Preempted"),
+        ("Pending", "DELETED", [SCHEDULED], "Deleted"),
+        ("Succeeded", "DELETED", [SCHEDULED], "Completed"),
+        ("Failed", "DELETED", [SCHEDULED, disruption("DeletionByTaintManager")], "Evicted"),
+        ("Failed", "MODIFIED", [SCHEDULED], "Error"),
+        ("Failed", "MODIFIED", [SCHEDULED, disruption("SomethingNew")], "Error"),
+    ],
+)
+def test_finished_reasons(
+    phase: str, type_: str, conditions: list[dict[str, Any]], expected: str
+) -> None:
+    seen = observe(pod(phase, ts=1, rv=1, type_=type_, conditions=conditions))
+    assert (seen.base, seen.reason) == ("finished", expected)
+
+
+def test_a_disruption_target_is_no_reason_while_the_pod_runs() -> None:
+    seen = observe(
+        pod("Running", ts=1, rv=1, conditions=[SCHEDULED, disruption("TerminationByKubelet")])
+    )
+    assert (seen.base, seen.reason, seen.crash_loop) == ("running", None, False)
+
+
+def test_gates_without_a_queue_and_a_queue_before_the_scheduler_speaks() -> None:
+    gated = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "SchedulingGated",
+        "message": None,
+    }
+    plain = pod("Pending", ts=1, rv=1, containers=[], conditions=[gated])
+    assert observe(msgspec.structs.replace(plain, node=None)).reason == "SchedulingGated"
+    fresh = msgspec.structs.replace(
+        pod("Pending", ts=1, rv=1, containers=[], conditions=[]), node=None
+    )
+    assert observe(fresh).reason == "Scheduling"
+    assert observe(msgspec.structs.replace(fresh, queue="team-a")).reason == "WaitingForQuota"
+
+
+def test_queued_reason_comes_from_the_first_waiting_container() -> None:
+    init_loop = [
+        container("waiting", "CrashLoopBackOff", restarts=3),
+        container("waiting", "PodInitializing"),
+    ]
+    assert observe(pod("Pending", ts=1, rv=1, containers=init_loop)).reason == "CrashLoopBackOff"
+    pulls = [container("waiting", "InvalidImageName")]
+    assert observe(pod("Pending", ts=1, rv=1, containers=pulls)).reason == "ImagePull"
+    assert observe(pod("Pending", ts=1, rv=1, containers=[])).reason == "ContainerCreating"
+
+
+def test_health_of_a_running_pod() -> None:
+    done_init = [container("terminated", "Completed", exit_code=0), container("running")]
+    assert observe(pod("Running", ts=1, rv=1, containers=done_init)).healthy
+    failed = [container("terminated", "Error", exit_code=1), container("running")]
+    assert not observe(pod("Running", ts=1, rv=1, containers=failed)).healthy
+    unready = {"type": "Ready", "status": "False", "reason": None, "message": None}
+    assert not observe(pod("Running", ts=1, rv=1, conditions=[SCHEDULED, unready])).healthy
