@@ -1,0 +1,136 @@
+"""Semantic checks of decoded messages that a JSON Schema cannot express, for the deadletter.
+
+The codec already rejects wrong types and out-of-range values (negative bytes, percent above
+100). What is left are relations between fields and plausibility: a check here fails only
+where the message cannot be true (or is a unit mix-up), never on what a real driver, kubelet
+or clock reports, because a rejected node sample loses the tick of every GPU of the node.
+Each function returns reasons, one line each; empty means OK. It runs per message on the hot
+path, so a valid message costs a few comparisons per GPU and allocates nothing but the list.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schemas.k8s_pod import K8sPod
+from schemas.nvml_sample import NvmlSample
+
+__all__ = [
+    "CLOCK_SKEW_MS",
+    "MAX_AHEAD_MS",
+    "MAX_INTERVAL_MS",
+    "MAX_POWER_W",
+    "MAX_TS_MS",
+    "MIN_INTERVAL_MS",
+    "MIN_TS_MS",
+    "check_pod",
+    "check_sample",
+    "unknown_devices",
+]
+
+MIN_TS_MS = 1_420_070_400_000  # 2015-01-01Z: before Kubernetes 1.0; less is seconds, not ms
+MAX_TS_MS = 4_102_444_800_000  # 2100-01-01Z: more is micro- or nanoseconds, not ms
+MAX_AHEAD_MS = 86_400_000  # a day ahead of the watermark: no synced clock is that far off
+MIN_INTERVAL_MS = 10  # NVML averages utilization over ~100 ms; under 10 ms is no sample
+MAX_INTERVAL_MS = 3_600_000  # an hour: the agent claims its nominal interval after a stall
+MAX_POWER_W = 5_000.0  # the largest GPU boards draw about 1.5 kW; more is milliwatts
+CLOCK_SKEW_MS = 60_000  # kubelet vs API server clocks and 1 s timestamps: a minute's slack
+_MEM_SLACK = 100  # used may exceed total by total/100: drivers round the total down
+_SUM_RATIO, _SUM_SLACK = 1.5, 1 << 30  # processes vs device: separate reads, ms apart
+
+
+def _time(field: str, ts: int, reference_ms: int | None) -> str | None:
+    """Why an event time is implausible, or None."""
+    if ts < MIN_TS_MS:
+        return f"{field} {ts} is before 2015 (seconds instead of milliseconds?)"
+    if ts >= MAX_TS_MS:
+        return f"{field} {ts} is after 2100 (micro- or nanoseconds instead of milliseconds?)"
+    if reference_ms is not None and ts > reference_ms + MAX_AHEAD_MS:
+        return f"{field} {ts} is more than a day ahead of the stream time {reference_ms}"
+    return None
+
+
+def check_sample(sample: NvmlSample, reference_ms: int | None) -> list[str]:
+    """Why a node sample cannot be true; `reference_ms` is the watermark (None before any).
+
+    Not errors: a MIG instance whose parent is not in the sample (the parent's reading
+    failed; the instance is still accountable), processes without memory readings (null is
+    unknown), and allocations naming GPUs the sample lacks (see `unknown_devices`).
+    """
+    errors: list[str] = []
+    if not sample.node:
+        errors.append("node is empty")
+    bad_ts = _time("ts", sample.ts, reference_ms)
+    if bad_ts is not None:
+        errors.append(bad_ts)
+    interval = sample.interval_ms
+    if not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
+        errors.append(f"interval_ms {interval} is outside {MIN_INTERVAL_MS}..{MAX_INTERVAL_MS}")
+    gpus = sample.gpus
+    if len(gpus) > 1 and len({gpu.uuid for gpu in gpus}) < len(gpus):
+        twice = sorted(uuid for uuid, n in Counter(gpu.uuid for gpu in gpus).items() if n > 1)
+        errors.append(f"gpu uuids listed more than once: {', '.join(twice)}")
+    for gpu in gpus:
+        total, used = gpu.mem_total_bytes, gpu.mem_used_bytes
+        limit = total + total // _MEM_SLACK
+        if used > limit:
+            errors.append(f"gpu {gpu.uuid}: mem_used_bytes {used} > mem_total_bytes {total}")
+        power = gpu.power_w
+        if power is not None and power > MAX_POWER_W:
+            errors.append(f"gpu {gpu.uuid}: power_w {power} is above {MAX_POWER_W:.0f} W")
+        procs = gpu.processes
+        if not procs:
+            continue
+        summed = 0
+        for proc in procs:
+            mem = proc.mem_bytes
+            if mem is not None:
+                summed += mem
+                if mem > limit:
+                    errors.append(
+                        f"gpu {gpu.uuid}: pid {proc.pid} mem_bytes {mem} > mem_total_bytes"
+                    )
+        if summed > used * _SUM_RATIO + _SUM_SLACK:
+            errors.append(f"gpu {gpu.uuid}: processes use {summed} bytes, mem_used_bytes is {used}")
+        if len(procs) > 1 and len({proc.pid for proc in procs}) < len(procs):
+            errors.append(f"gpu {gpu.uuid}: a pid is listed more than once")
+    return errors
+
+
+def unknown_devices(sample: NvmlSample) -> list[str]:
+    """Warnings, not errors: allocated device ids that name no GPU of the sample.
+
+    They are GPUs NVML no longer sees (fallen off the bus, or reset) that the kubelet still
+    assigns; the sample is fine, the caller counts and logs them.
+    """
+    known = {gpu.uuid for gpu in sample.gpus}
+    return [
+        f"{item.namespace}/{item.pod} is allocated {device}, which NVML does not report"
+        for item in sample.allocations
+        for device in item.device_ids
+        if device not in known
+    ]
+
+
+def check_pod(pod: K8sPod, reference_ms: int | None) -> list[str]:
+    """Why a pod event cannot be true; `reference_ms` is the watermark (None before any).
+
+    Times set by the kubelet (started, finished) come from the node's clock and may precede
+    `created_at` (the API server's clock, whole seconds) by up to `CLOCK_SKEW_MS`.
+    """
+    errors = [
+        reason
+        for reason in (_time("ts", pod.ts, reference_ms), _time("created_at", pod.created_at, None))
+        if reason is not None
+    ]
+    earliest = pod.created_at - CLOCK_SKEW_MS
+    for field, value in (
+        ("scheduled_at", pod.scheduled_at),
+        ("started_at", pod.started_at),
+        ("finished_at", pod.finished_at),
+    ):
+        if value is not None and value < earliest:
+            errors.append(f"{field} {value} is before created_at {pod.created_at}")
+    if pod.phase == "Running" and pod.node is None:
+        errors.append("phase Running without a node")
+    return errors
