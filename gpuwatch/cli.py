@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     _add_stack(verbs)
     _add_topics(verbs)
+    _add_node_agent(verbs)
+    _add_k8s_watcher(verbs)
+    _add_bench(verbs)
     _add_settings(verbs)
     return parser
 
@@ -127,6 +130,151 @@ def _add_topics(verbs: Any) -> None:
     ).set_defaults(handler=_topics_list)
 
 
+def _add_node_agent(verbs: Any) -> None:
+    agent = verbs.add_parser(
+        "node-agent",
+        help="the NVML producer of one GPU node",
+        description="Sample every GPU and MIG instance of this node through NVML on a "
+        "drift-free schedule, resolve each GPU process to its pod (/proc/PID/cgroup), read "
+        "which pod holds which device (kubelet PodResources socket), and publish one "
+        "gpuwatch.nvml.sample/v1 message per tick to the nvml.samples topic. Sampling "
+        "never waits for Kafka: samples wait in a bounded buffer (oldest dropped first, "
+        "counted) while the broker is away. Self-metrics on GPUWATCH_AGENT_METRICS_PORT "
+        "(default 9481). SIGTERM flushes and exits.",
+    )
+    agent.add_argument(
+        "--backend",
+        choices=["nvml", "sim"],
+        default="nvml",
+        help="nvml: the real driver (a GPU node); sim: simulated GPUs (default: nvml)",
+    )
+    agent.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between samples, 0.1 to 60 (env: GPUWATCH_AGENT_INTERVAL_S, default 1.0)",
+    )
+    agent.add_argument(
+        "--node", metavar="NAME", help="node name (env: GPUWATCH_NODE_NAME, default: hostname)"
+    )
+    agent.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="self-metrics port (default 9481)"
+    )
+    agent.add_argument("--sim-gpus", type=int, default=8, metavar="N", help="sim: GPUs (8)")
+    agent.add_argument(
+        "--sim-model", default="h100", choices=["h100", "h200", "l40s"], help="sim: GPU model"
+    )
+    agent.add_argument("--seed", type=int, default=0, help="sim: random seed (0)")
+    agent.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop after this long (default: never)"
+    )
+    agent.set_defaults(handler=_node_agent)
+
+
+def _add_bench(verbs: Any) -> None:
+    bench = verbs.add_parser(
+        "bench",
+        help="the benchmarks of BENCHMARKS.md",
+        description="Run the benchmarks of BENCHMARKS.md. Each reports a ratio against a "
+        "baseline measured in the same run, so a figure from a loaded machine still "
+        "compares. `producer`: CPU time of the node agent per GPU-sample with simulated "
+        "GPUs, alone and with publishing to the local Kafka (`gpuwatch stack up`).",
+    )
+    bench.add_argument(
+        "which", nargs="?", default="producer", choices=["producer"], help="benchmark to run"
+    )
+    bench.add_argument("--json", action="store_true", help="print one JSON line")
+    bench.add_argument("--quick", action="store_true", help="a smaller run (seconds)")
+    bench.add_argument("--gpus", type=int, default=8, metavar="N", help="GPUs per node (8)")
+    bench.add_argument(
+        "--no-kafka", action="store_true", help="skip the part that publishes to Kafka"
+    )
+    bench.set_defaults(handler=_bench)
+
+
+def _add_k8s_watcher(verbs: Any) -> None:
+    defaults = Settings().watcher
+    gpu_defaults = ", ".join(
+        [*defaults.gpu_resources, *(f"{prefix}*" for prefix in defaults.gpu_resource_prefixes)]
+    )
+    watcher = verbs.add_parser(
+        "k8s-watcher",
+        help="the Kubernetes producer: pods and nodes to Kafka",
+        description="List and watch Pods and Nodes (one replica, cluster-wide) and publish "
+        "every change that matters as gpuwatch.k8s.pod/v1 to k8s.pods (key: pod uid) and "
+        "gpuwatch.k8s.node/v1 to k8s.nodes (key: node name). Pods: those that request a GPU "
+        "resource in any container or init container, plus the pods named in "
+        "GPUWATCH_WATCH_EXTRA_PODS; nodes: those with GPU capacity. A watch resumes from "
+        "its last resourceVersion; after 410 Gone it relists and publishes the difference "
+        "(RESYNC for changed pods, DELETED for vanished ones). Connects with the in-cluster "
+        "service account, else --kubeconfig, $KUBECONFIG or ~/.kube/config; the RBAC it "
+        "needs is in deploy/rbac/k8s-watcher.yaml. Self-metrics on "
+        "GPUWATCH_WATCHER_METRICS_PORT (default 9482). SIGTERM flushes and exits.",
+    )
+    watcher.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig file (env: GPUWATCH_KUBECONFIG; default: in-cluster config, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    watcher.add_argument(
+        "--context", metavar="NAME", help="kubeconfig context (env: GPUWATCH_KUBE_CONTEXT)"
+    )
+    watcher.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        dest="watch_namespaces",
+        help="watch this namespace; repeat for several (env: GPUWATCH_WATCH_NAMESPACES, "
+        "comma-separated; default: all namespaces, one cluster-wide watch)",
+    )
+    watcher.add_argument(
+        "--selector",
+        metavar="SELECTOR",
+        help="label selector of the pods to watch, Kubernetes syntax, e.g. "
+        "'team=vision,tier!=test' or 'project in (a,b)' (env: GPUWATCH_WATCH_LABEL_SELECTOR)",
+    )
+    watcher.add_argument(
+        "--gpu-resource",
+        action="append",
+        metavar="NAME",
+        dest="gpu_resource",
+        help="resource name that makes a pod a GPU pod; a trailing * makes it a prefix "
+        f"('nvidia.com/mig-*'); repeat for several; replaces the defaults {gpu_defaults} "
+        "(env: GPUWATCH_WATCH_GPU_RESOURCES, GPUWATCH_WATCH_GPU_RESOURCE_PREFIXES)",
+    )
+    watcher.add_argument(
+        "--label",
+        action="append",
+        metavar="KEY",
+        dest="pod_label",
+        help="pod label copied into messages (the label allow-list; never all labels); "
+        f"repeat for several; replaces the defaults {', '.join(defaults.pod_label_allowlist)} "
+        "(env: GPUWATCH_POD_LABEL_ALLOWLIST)",
+    )
+    watcher.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        dest="watcher_metrics_port",
+        help="self-metrics port (env: GPUWATCH_WATCHER_METRICS_PORT, default 9482)",
+    )
+    watcher.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop after this long (default: never)"
+    )
+    watcher.set_defaults(handler=_k8s_watcher)
+
+
+def _gpu_resource_overrides(names: list[str] | None) -> dict[str, Any]:
+    if not names:
+        return {}
+    return {
+        "watcher.gpu_resources": tuple(n for n in names if not n.endswith("*")),
+        "watcher.gpu_resource_prefixes": tuple(n[:-1] for n in names if n.endswith("*")),
+    }
+
+
 def _add_settings(verbs: Any) -> None:
     verbs.add_parser(
         "settings",
@@ -143,8 +291,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "redis.url": args.redis_url,
         "kafka.partitions": getattr(args, "partitions", None),
         "kafka.replication_factor": getattr(args, "replication_factor", None),
+        "agent.interval_s": getattr(args, "interval", None),
+        "agent.node_name": getattr(args, "node", None),
+        "agent.metrics_port": getattr(args, "metrics_port", None),
+        "watcher.kubeconfig": getattr(args, "kubeconfig", None),
+        "watcher.context": getattr(args, "context", None),
+        "watcher.namespaces": _joined(getattr(args, "watch_namespaces", None)),
+        "watcher.label_selector": getattr(args, "selector", None),
+        "watcher.pod_label_allowlist": _joined(getattr(args, "pod_label", None)),
+        "watcher.metrics_port": getattr(args, "watcher_metrics_port", None),
+        **_gpu_resource_overrides(getattr(args, "gpu_resource", None)),
     }
     return {key: value for key, value in pairs.items() if value is not None}
+
+
+def _joined(values: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(values) if values else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,6 +395,47 @@ def _topics_list(args: argparse.Namespace, settings: Settings) -> int:
         raise UserFacingError(str(exc)) from exc
     print(topics.format_report(report))
     return 0 if all(row.ok for row in report) else 1
+
+
+def _node_agent(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import node_agent
+
+    if args.log_level == "WARNING":
+        logging.getLogger().setLevel(logging.INFO)  # a daemon says what it does
+    options = node_agent.AgentOptions(
+        backend=args.backend,
+        sim_gpus=args.sim_gpus,
+        sim_model=args.sim_model,
+        seed=args.seed,
+        duration_s=args.duration,
+    )
+    try:
+        return node_agent.run(settings, options)
+    except node_agent.AgentStartError as exc:
+        raise UserFacingError(str(exc)) from exc
+
+
+def _bench(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import bench
+
+    ticks = 500 if args.quick else 5000
+    result = bench.bench_producer(
+        settings, ticks, args.gpus, kafka=not args.no_kafka, paced_seconds=5 if args.quick else 20
+    )
+    print(bench.producer_json(result) if args.json else bench.format_producer(result))
+    return 0
+
+
+def _k8s_watcher(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import k8s_watcher
+
+    if args.log_level == "WARNING":
+        logging.getLogger().setLevel(logging.INFO)  # a daemon says what it does
+    options = k8s_watcher.WatcherOptions(duration_s=args.duration)
+    try:
+        return k8s_watcher.run(settings, options)
+    except k8s_watcher.WatcherStartError as exc:
+        raise UserFacingError(str(exc)) from exc
 
 
 def _settings_show(args: argparse.Namespace, settings: Settings) -> int:

@@ -130,6 +130,20 @@ def describe_topics(settings: Settings) -> list[TopicRow]:
     return [_row(spec, prefix, False, existing, want) for spec in ALL_TOPICS]
 
 
+def delete_topics(settings: Settings) -> list[str]:
+    """Delete every gpuwatch topic under the settings' prefix (benchmarks, tests, replays)."""
+    prefix = settings.kafka.topic_prefix
+    names = {spec.full_name(prefix) for spec in ALL_TOPICS}
+    try:
+        with _admin(settings) as admin:
+            present = sorted(names & set(admin.list_topics()))
+            if present:
+                admin.delete_topics(present, timeout_ms=ADMIN_TIMEOUT_MS)
+    except KafkaError as exc:
+        raise TopicAdminError(f"Kafka refused to delete topics: {exc!r}") from exc
+    return present
+
+
 def _row(
     spec: TopicSpec[Any], prefix: str, created: bool, existing: dict[str, int], want: int
 ) -> TopicRow:

@@ -168,6 +168,98 @@ class StackSettings(BaseModel):
     """How long `stack up` waits for each service to answer."""
 
 
+def _comma_list(value: Any) -> Any:
+    """A comma-separated string (as environment variables carry lists) to a tuple."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+class AgentSettings(BaseModel):
+    """The node agent: where it reads, how often, how much it buffers."""
+
+    model_config = _MODEL
+
+    node_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """Kubernetes node name; None: this host's name (set it from the downward API)."""
+    interval_s: float = Field(default=1.0, ge=0.1, le=60)
+    """Seconds between samples; 0.1 at the fastest (NVML averages utilization over
+    about that long)."""
+    metrics_port: int = Field(default=9481, ge=1, le=65535)
+    """Port of the agent's own /metrics (0.0.0.0 only if metrics.bind says so)."""
+    buffer_bytes: int = Field(default=64 << 20, ge=1 << 16)
+    """Bytes of samples kept while Kafka is away; the oldest are dropped past it
+    (64 MiB is about 4 hours of an 8-GPU node at 1 Hz)."""
+    delivery_timeout_s: float = Field(default=600.0, ge=10)
+    """How long a sample handed to the Kafka client is retried before it counts as lost."""
+    kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    """The kubelet PodResources gRPC socket."""
+    pod_logs_dir: Path = Path("/var/log/pods")
+    """Where the kubelet keeps `<namespace>_<pod>_<uid>` folders (pod uids by name)."""
+    proc_root: Path = Path("/proc")
+    """The host's /proc (the DaemonSet runs with hostPID)."""
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+    """Extended resource names that are GPUs."""
+    gpu_resource_prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
+    """Resource name prefixes that are GPUs (MIG profiles)."""
+
+    _lists = field_validator("gpu_resources", "gpu_resource_prefixes", mode="before")(_comma_list)
+
+
+class WatcherSettings(BaseModel):
+    """The Kubernetes watcher: which pods and nodes, which labels, how it connects."""
+
+    model_config = _MODEL
+
+    kubeconfig: Path | None = None
+    """Kubeconfig file; None: in-cluster config, else ~/.kube/config."""
+    context: str | None = None
+    """Kubeconfig context; None: the current one."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty: all (one cluster-wide watch)."""
+    label_selector: str | None = None
+    """Only pods matching this label selector (Kubernetes syntax)."""
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+    """Resource names that make a pod a GPU pod."""
+    gpu_resource_prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
+    """Resource name prefixes that make a pod a GPU pod."""
+    extra_pods: tuple[str, ...] = ()
+    """`namespace/name` of pods to publish though they request no GPU (a GPU reached
+    through NVIDIA_VISIBLE_DEVICES)."""
+    pod_label_allowlist: tuple[str, ...] = (
+        "team",
+        "project",
+        "app.kubernetes.io/name",
+        "kueue.x-k8s.io/queue-name",
+    )
+    """Pod labels copied into messages; never all labels (cardinality, secrets)."""
+    node_label_allowlist: tuple[str, ...] = (
+        "node.kubernetes.io/instance-type",
+        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.replicas",
+        "nvidia.com/mig.strategy",
+        "cloud.google.com/gke-nodepool",
+        "eks.amazonaws.com/nodegroup",
+        "karpenter.sh/nodepool",
+        "karpenter.sh/capacity-type",
+    )
+    """Node labels copied into messages."""
+    metrics_port: int = Field(default=9482, ge=1, le=65535)
+    """Port of the watcher's own /metrics."""
+    watch_timeout_s: int = Field(default=300, ge=10, le=3600)
+    """Server-side timeout of one watch request; it is renewed silently."""
+
+    _lists = field_validator(
+        "namespaces",
+        "gpu_resources",
+        "gpu_resource_prefixes",
+        "extra_pods",
+        "pod_label_allowlist",
+        "node_label_allowlist",
+        mode="before",
+    )(_comma_list)
+
+
 class Settings(BaseModel):
     """Everything a gpuwatch process is configured with."""
 
@@ -180,6 +272,8 @@ class Settings(BaseModel):
     rules: RuleSettings = RuleSettings()
     cost: CostSettings = CostSettings()
     stack: StackSettings = StackSettings()
+    agent: AgentSettings = AgentSettings()
+    watcher: WatcherSettings = WatcherSettings()
 
 
 # Environment variable -> (group, field). The public names of DESIGN.md §6 first.
@@ -214,4 +308,25 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_STACK_PROMETHEUS_PORT": ("stack", "prometheus_port"),
     "GPUWATCH_PROMETHEUS_CONFIG": ("stack", "prometheus_config"),
     "GPUWATCH_STACK_READY_TIMEOUT_S": ("stack", "ready_timeout_s"),
+    "GPUWATCH_NODE_NAME": ("agent", "node_name"),
+    "GPUWATCH_AGENT_INTERVAL_S": ("agent", "interval_s"),
+    "GPUWATCH_AGENT_METRICS_PORT": ("agent", "metrics_port"),
+    "GPUWATCH_AGENT_BUFFER_BYTES": ("agent", "buffer_bytes"),
+    "GPUWATCH_AGENT_DELIVERY_TIMEOUT_S": ("agent", "delivery_timeout_s"),
+    "GPUWATCH_KUBELET_SOCKET": ("agent", "kubelet_socket"),
+    "GPUWATCH_POD_LOGS_DIR": ("agent", "pod_logs_dir"),
+    "GPUWATCH_PROC_ROOT": ("agent", "proc_root"),
+    "GPUWATCH_GPU_RESOURCES": ("agent", "gpu_resources"),
+    "GPUWATCH_GPU_RESOURCE_PREFIXES": ("agent", "gpu_resource_prefixes"),
+    "GPUWATCH_KUBECONFIG": ("watcher", "kubeconfig"),
+    "GPUWATCH_KUBE_CONTEXT": ("watcher", "context"),
+    "GPUWATCH_WATCH_NAMESPACES": ("watcher", "namespaces"),
+    "GPUWATCH_WATCH_LABEL_SELECTOR": ("watcher", "label_selector"),
+    "GPUWATCH_WATCH_GPU_RESOURCES": ("watcher", "gpu_resources"),
+    "GPUWATCH_WATCH_GPU_RESOURCE_PREFIXES": ("watcher", "gpu_resource_prefixes"),
+    "GPUWATCH_WATCH_EXTRA_PODS": ("watcher", "extra_pods"),
+    "GPUWATCH_POD_LABEL_ALLOWLIST": ("watcher", "pod_label_allowlist"),
+    "GPUWATCH_NODE_LABEL_ALLOWLIST": ("watcher", "node_label_allowlist"),
+    "GPUWATCH_WATCHER_METRICS_PORT": ("watcher", "metrics_port"),
+    "GPUWATCH_WATCH_TIMEOUT_S": ("watcher", "watch_timeout_s"),
 }

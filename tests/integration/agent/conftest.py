@@ -1,0 +1,103 @@
+"""Fixtures of the node agent's integration tests: topics, a consumer, the schema, threads."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from gpuwatch.topics import create_topics
+from schemas import NVML_SAMPLES
+from schemas.export import JSON_DIR
+from schemas.settings import Settings
+
+Consume = Callable[[Settings, str], list[ConsumerRecord]]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a thread running (a publisher, a Kafka client's I/O thread)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def port() -> Callable[[], int]:
+    """A port nobody listens on now."""
+    return free_port
+
+
+def scoped_topics(settings: Settings, prefix: str) -> Iterator[Settings]:
+    """Settings with `prefix` and 3 partitions, the topics created; deleted afterwards."""
+    kafka = settings.kafka.model_copy(update={"topic_prefix": prefix, "partitions": 3})
+    scoped = settings.model_copy(update={"kafka": kafka})
+    rows = create_topics(scoped)
+    assert all(row.ok for row in rows), rows
+    yield scoped
+    admin = KafkaAdminClient(**settings.kafka.client_options())
+    try:
+        names = [name for name in admin.list_topics() if name.startswith(prefix)]
+        if names:
+            admin.delete_topics(names)
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
+    """The shared stack's settings with topics of this test alone."""
+    yield from scoped_topics(stack, topic_prefix)
+
+
+def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of `topic` now, in partition then offset order."""
+    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
+    try:
+        deadline = time.monotonic() + 30
+        while (ids := consumer.partitions_for_topic(topic)) is None:
+            assert time.monotonic() < deadline, f"no metadata for {topic}"
+            time.sleep(0.1)
+        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+@pytest.fixture(scope="session")
+def consume() -> Consume:
+    return consume_all
+
+
+@pytest.fixture(scope="session")
+def nvml_schema() -> Draft202012Validator:
+    """The committed JSON Schema of `gpuwatch.nvml.sample/v1`."""
+    path = JSON_DIR / NVML_SAMPLES.json_schema_file
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(document)
+    return Draft202012Validator(document)

@@ -1,0 +1,124 @@
+"""AgentCollector: the agent's and publisher's counters as Prometheus families, read at scrape."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from producers.agent import NodeAgent
+from producers.agent_metrics import AgentCollector
+from producers.outbox import Entry
+from producers.publisher import Done, Publisher
+from producers.readings import DeviceAllocation, PodRef, ReadResult
+
+
+class NoGpus:
+    def read(self) -> ReadResult:
+        return ReadResult(())
+
+    def close(self) -> None:
+        return None
+
+
+class NoPods:
+    def resolve(self, pid: int) -> PodRef | None:
+        return None
+
+    def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
+        return None
+
+
+class HoldingSender:
+    def __init__(self) -> None:
+        self.pending: list[Done] = []
+
+    def send(self, key: bytes, value: bytes, done: Done) -> None:
+        self.pending.append(done)
+
+    def flush(self, timeout_s: float) -> None:
+        return None
+
+    def close(self, timeout_s: float) -> None:
+        return None
+
+
+def scrape(registry: CollectorRegistry) -> dict[str, tuple[str, dict[str, str], float]]:
+    """Sample name -> (family type, labels, value) from the text exposition."""
+    text = generate_latest(registry).decode()
+    return {
+        sample.name: (family.type, sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_the_collector_reports_each_figure_with_the_node_label() -> None:
+    sender = HoldingSender()
+    publisher = Publisher(sender, max_buffer_bytes=1000)
+    pods = NoPods()
+    agent = NodeAgent(
+        node="gpu-node-17",
+        reader=NoGpus(),
+        resolver=pods,
+        allocations=pods,
+        publish=publisher.publish,
+        interval_s=1.0,
+    )
+    for _ in range(3):
+        agent.tick()
+    agent.stats.skipped_ticks = 4
+    agent.stats.read_errors = 5
+    agent.stats.last_read_s = 0.125
+    agent.stats.gpus = 8
+    size = len(b"gpu-node-17") + agent.stats.last_sample_bytes  # an outbox entry: key + value
+    assert publisher.step() == 3  # all three handed over, none acknowledged yet
+    sender.pending[0](None)
+    sender.pending[1](RuntimeError("delivery timeout"))
+    for _ in range(3):  # three of 400 bytes in a 1000-byte buffer: the first is dropped
+        publisher.outbox.put(Entry(b"k", b"v" * 399))
+
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent, publisher))
+    got = scrape(registry)
+
+    node = {"node": "gpu-node-17"}
+    assert got == {
+        "gpuwatch_agent_samples_total": ("counter", node, 3.0),
+        "gpuwatch_agent_skipped_ticks_total": ("counter", node, 4.0),
+        "gpuwatch_agent_read_errors_total": ("counter", node, 5.0),
+        "gpuwatch_agent_sent_total": ("counter", node, 1.0),
+        "gpuwatch_agent_dropped_total": ("counter", node, 1.0),
+        "gpuwatch_agent_lost_total": ("counter", node, 1.0),
+        "gpuwatch_agent_buffer_bytes": ("gauge", node, 800.0),
+        "gpuwatch_agent_in_flight_bytes": ("gauge", node, float(size)),
+        "gpuwatch_agent_read_seconds": ("gauge", node, 0.125),
+        "gpuwatch_agent_gpus": ("gauge", node, 8.0),
+    }
+
+
+def test_values_are_read_at_scrape_time() -> None:
+    publisher = Publisher(HoldingSender(), max_buffer_bytes=1000)
+    queued: list[int] = []
+
+    def publish(key: bytes, value: bytes) -> None:
+        queued.append(len(key) + len(value))
+        publisher.publish(key, value)
+
+    pods = NoPods()
+    agent = NodeAgent(
+        node="n1", reader=NoGpus(), resolver=pods, allocations=pods, publish=publish, interval_s=1.0
+    )
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent, publisher))
+    before = scrape(registry)
+    assert before["gpuwatch_agent_samples_total"][2] == 0.0
+    assert before["gpuwatch_agent_buffer_bytes"][2] == 0.0
+
+    agent.tick()
+    agent.tick()
+
+    after = scrape(registry)
+    assert after["gpuwatch_agent_samples_total"] == ("counter", {"node": "n1"}, 2.0)
+    assert len(queued) == 2
+    assert after["gpuwatch_agent_buffer_bytes"][2] == sum(queued)

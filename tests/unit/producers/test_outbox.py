@@ -1,0 +1,193 @@
+"""Outbox: a FIFO bounded by bytes that drops (and counts) the oldest entries first."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from producers.outbox import Entry, Outbox
+
+
+def entry(n: int, size: int = 10) -> Entry:
+    """An entry whose key names it and whose total size is `size` bytes."""
+    key = f"{n:04d}".encode()
+    return Entry(key, b"v" * (size - len(key)))
+
+
+def names(entries: list[Entry]) -> list[int]:
+    return [int(e.key) for e in entries]
+
+
+def test_entry_size_counts_key_and_value() -> None:
+    assert Entry(b"node-1", b"0123456789").size == 16
+    assert entry(3, size=25).size == 25
+
+
+def test_a_non_positive_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_bytes must be positive"):
+        Outbox(0)
+
+
+def test_entries_come_out_in_the_order_they_went_in() -> None:
+    box = Outbox(1000)
+    for n in range(5):
+        assert box.put(entry(n)) == 0
+
+    assert len(box) == 5
+    assert box.size_bytes == 50
+    assert names(box.take(1000)) == [0, 1, 2, 3, 4]
+    assert len(box) == 0
+    assert box.size_bytes == 0
+    assert box.take(1000) == []
+
+
+def test_when_full_the_oldest_are_dropped_and_counted() -> None:
+    box = Outbox(35)  # room for three 10-byte entries
+    assert [box.put(entry(n)) for n in range(3)] == [0, 0, 0]
+
+    assert box.put(entry(3)) == 1
+    assert (box.dropped, box.dropped_bytes) == (1, 10)
+    # A 20-byte entry needs two of the oldest to go.
+    assert box.put(entry(4, size=20)) == 2
+    assert (box.dropped, box.dropped_bytes) == (3, 30)
+    assert box.size_bytes == 30
+    assert box.size_bytes <= box.max_bytes
+    assert names(box.take(100)) == [3, 4]
+
+
+def test_an_entry_larger_than_the_bound_is_dropped_itself() -> None:
+    box = Outbox(30)
+    box.put(entry(0))
+    box.put(entry(1))
+
+    assert box.put(entry(2, size=31)) == 1
+
+    assert (box.dropped, box.dropped_bytes) == (1, 31)
+    # What was waiting is untouched: the oversized one did not evict it.
+    assert names(box.take(100)) == [0, 1]
+
+
+def test_an_entry_exactly_the_bound_fits_after_evicting_all() -> None:
+    box = Outbox(30)
+    box.put(entry(0))
+    box.put(entry(1))
+
+    assert box.put(entry(2, size=30)) == 2
+
+    assert box.dropped == 2
+    assert names(box.take(100)) == [2]
+
+
+def test_take_stops_at_max_bytes_but_returns_at_least_one() -> None:
+    box = Outbox(1000)
+    for n in range(4):
+        box.put(entry(n))
+
+    assert names(box.take(25)) == [0, 1]  # a third would make 30 > 25
+    assert names(box.take(5)) == [2]  # smaller than one entry: still one
+    assert names(box.take(0)) == [3]
+    assert box.size_bytes == 0
+
+
+def test_take_stops_before_an_entry_that_does_not_fit_even_if_later_ones_would() -> None:
+    box = Outbox(1000)
+    box.put(entry(0, size=10))
+    box.put(entry(1, size=50))
+    box.put(entry(2, size=10))
+
+    assert names(box.take(30)) == [0]  # FIFO: entry 2 must not jump over entry 1
+    assert names(box.take(100)) == [1, 2]
+
+
+def test_push_front_puts_entries_back_at_the_head_in_their_order() -> None:
+    box = Outbox(1000)
+    for n in range(5):
+        box.put(entry(n))
+    taken = box.take(30)
+    assert names(taken) == [0, 1, 2]
+    box.put(entry(5))
+
+    box.push_front(taken[1:])
+
+    assert box.size_bytes == 50
+    assert names(box.take(1000)) == [1, 2, 3, 4, 5]
+
+
+def test_push_front_may_overfill_and_the_next_put_drops_the_oldest() -> None:
+    box = Outbox(30)
+    for n in range(3):
+        box.put(entry(n))
+    taken = box.take(20)
+    assert names(taken) == [0, 1]
+    box.put(entry(3))
+    box.put(entry(4))
+    assert box.dropped == 0  # 2, 3, 4 fill it exactly
+
+    box.push_front(taken)
+    assert box.size_bytes == 50  # over the bound until the next put
+    assert len(box) == 5
+
+    assert box.put(entry(5)) == 3  # 0, 1 and 2, the oldest, go to make room
+    assert (box.dropped, box.dropped_bytes) == (3, 30)
+    assert names(box.take(100)) == [3, 4, 5]
+
+
+def test_wait_reports_whether_an_entry_is_waiting() -> None:
+    box = Outbox(100)
+    assert box.wait(timeout=0.0) is False
+    box.put(entry(0))
+    assert box.wait(timeout=0.0) is True
+
+
+def test_wait_wakes_when_another_thread_puts() -> None:
+    box = Outbox(100)
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(box.wait(timeout=10.0)))
+    waiter.start()
+    box.put(entry(0))
+    waiter.join(timeout=10.0)
+    assert not waiter.is_alive()
+    assert woke == [True]
+
+
+def test_two_producers_and_one_consumer_lose_nothing_unaccounted() -> None:
+    per_thread = 5000
+    box = Outbox(40 * 10)  # 40 entries: small enough that producers overrun the consumer
+    start = threading.Barrier(3)
+    taken: list[Entry] = []
+    producers_done = threading.Event()
+
+    def produce(base: int) -> None:
+        start.wait()
+        for n in range(per_thread):
+            box.put(entry(base + n))
+
+    def consume() -> None:
+        start.wait()
+        while not producers_done.is_set() or len(box):
+            taken.extend(box.take(30))
+
+    threads = [
+        threading.Thread(target=produce, args=(0,)),
+        threading.Thread(target=produce, args=(per_thread,)),
+    ]
+    consumer = threading.Thread(target=consume)
+    for t in [*threads, consumer]:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    producers_done.set()
+    consumer.join(timeout=30)
+    assert not any(t.is_alive() for t in [*threads, consumer])
+
+    got = names(taken)
+    assert len(got) == len(set(got)), "an entry came out twice"
+    assert len(got) + box.dropped == 2 * per_thread
+    assert box.dropped_bytes == 10 * box.dropped
+    assert box.size_bytes == 0
+    # Each producer's own entries keep their order.
+    first = [n for n in got if n < per_thread]
+    second = [n for n in got if n >= per_thread]
+    assert first == sorted(first)
+    assert second == sorted(second)
