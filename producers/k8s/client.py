@@ -1,0 +1,255 @@
+"""The `kubernetes` client behind `KubeApi`: raw JSON lists and watch streams, typed errors.
+
+The only module that imports `kubernetes` (no type stubs: `Any` stops here). Requests
+go through the generated API methods with `_preload_content=False`, so the client does
+the talking (auth, TLS, proxies, kubeconfig) and the watcher decodes the bytes itself,
+skipping the slow model classes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client as kube
+from kubernetes import config as _kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from producers.k8s.api import ApiError, Collection, Disconnected, Expired, WatchLines
+
+log = logging.getLogger(__name__)
+kube_config: Any = _kube_config  # untyped: loaders of kubeconfig and in-cluster config
+
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 60.0  # one list page or get; a page of 500 pods is a few MB
+READ_MARGIN_S = 30.0  # a watch may be silent until its server-side timeout, not much longer
+
+
+class K8sConfigError(Exception):
+    """No usable cluster configuration (no kubeconfig, unknown context, not in a pod)."""
+
+
+def connect(kubeconfig: Path | None, context: str | None) -> KubernetesApi:
+    """The API of the configured cluster: `kubeconfig` (and `context`) when given, else the
+    in-cluster service account, else `$KUBECONFIG` or ~/.kube/config."""
+    configuration = kube.Configuration()
+    try:
+        if kubeconfig is None and context is None:
+            try:
+                kube_config.load_incluster_config(client_configuration=configuration)
+                return KubernetesApi(kube.ApiClient(configuration))
+            except ConfigException:
+                pass  # not in a pod: fall through to the kubeconfig
+        kube_config.load_kube_config(
+            config_file=str(kubeconfig) if kubeconfig is not None else None,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
+        raise K8sConfigError(f"no usable Kubernetes configuration ({where}): {exc}") from exc
+    return KubernetesApi(kube.ApiClient(configuration))
+
+
+class KubernetesApi:
+    """`KubeApi` over one `kubernetes.client.ApiClient` (thread-safe: one per process)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._api_client = api_client
+        self._core = kube.CoreV1Api(api_client)
+        self._apps = kube.AppsV1Api(api_client)
+        self._batch = kube.BatchV1Api(api_client)
+
+    @classmethod
+    def for_host(cls, url: str) -> KubernetesApi:
+        """An API at `url` without credentials (a test server, `kubectl proxy`)."""
+        return cls(kube.ApiClient(kube.Configuration(host=url)))
+
+    @property
+    def host(self) -> str:
+        """The API server's URL."""
+        return str(self._api_client.configuration.host)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._api_client.close()
+
+    def list(self, collection: Collection, *, limit: int, continue_token: str | None) -> bytes:
+        """One page of a consistent list."""
+        response = self._request(
+            collection,
+            limit=limit,
+            _continue=continue_token,
+            _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+        )
+        try:
+            return bytes(response.data)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(f"list of {collection} broke off: {exc!r}") from exc
+        finally:
+            response.release_conn()
+
+    def watch(self, collection: Collection, *, resource_version: str, timeout_s: int) -> WatchLines:
+        """A watch with bookmarks from `resource_version`, ended by the server after `timeout_s`."""
+        response = self._request(
+            collection,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + READ_MARGIN_S),
+        )
+        return _Lines(response, str(collection))
+
+    def get_controller(self, kind: str, namespace: str, name: str) -> bytes | None:
+        """A ReplicaSet or Job body; None when absent (404) or forbidden (403)."""
+        read: Callable[..., Any]
+        if kind == "ReplicaSet":
+            read = self._apps.read_namespaced_replica_set
+        elif kind == "Job":
+            read = self._batch.read_namespaced_job
+        else:
+            raise ValueError(f"no owner lookup for kind {kind}")
+        try:
+            response: Any = read(
+                name,
+                namespace,
+                _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise _api_error(exc, f"{kind} {namespace}/{name}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(f"{kind} {namespace}/{name}: no answer: {exc!r}") from exc
+        try:
+            return bytes(response.data)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(f"{kind} {namespace}/{name} broke off: {exc!r}") from exc
+        finally:
+            response.release_conn()
+
+    def _request(self, collection: Collection, **options: Any) -> Any:
+        options["_preload_content"] = False
+        if collection.label_selector:
+            options["label_selector"] = collection.label_selector
+        try:
+            if collection.resource == "nodes":
+                return self._core.list_node(**options)
+            if collection.namespace:
+                return self._core.list_namespaced_pod(collection.namespace, **options)
+            return self._core.list_pod_for_all_namespaces(**options)
+        except ApiException as exc:
+            raise _api_error(exc, str(collection)) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(f"{collection}: no answer: {exc!r}") from exc
+
+
+def _api_error(exc: Any, what: str) -> ApiError:
+    """An ApiException as our error, with the Status message of its body when it has one."""
+    status = int(exc.status) if exc.status else None
+    detail = f"{exc.reason}: {_status_message(exc.body)}" if exc.body else str(exc.reason)
+    if status == 410:
+        return Expired(f"{what}: {detail}")
+    return ApiError(f"{what}: HTTP {status} {detail}", status)
+
+
+def _status_message(body: Any) -> str:
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or body)[:300]
+
+
+class _Lines:
+    """The lines of one watch response, as they arrive.
+
+    `close` from another thread while a read blocks only shuts the socket down (the read
+    returns); the reading thread releases the response when it leaves the iteration.
+    """
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+        self._lock = threading.Lock()
+        self._reading = False
+        self._reader: int | None = None
+        self._closed = False
+        self._released = False
+        self._done = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        with self._lock:
+            if self._closed:
+                return
+            self._reading = True
+            self._reader = threading.get_ident()
+        buffer = bytearray()
+        try:
+            for chunk in self._chunks():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if line.strip():
+                        yield line
+            self._done = True
+        except Exception as exc:
+            if self.closed:
+                return  # closed by us, from another thread: not a failure
+            if isinstance(
+                exc, urllib3.exceptions.HTTPError | OSError | ValueError | AttributeError
+            ):
+                # AttributeError: http.client's reader after the socket went away under it.
+                raise Disconnected(f"watch of {self._what} broke off: {exc!r}") from exc
+            raise
+        finally:
+            with self._lock:
+                self._reading = False
+                if self.closed:
+                    self._release()
+        if buffer.strip():
+            yield bytes(buffer)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (from any thread)."""
+        return self._closed
+
+    def _chunks(self) -> Iterator[bytes]:
+        response = self._response
+        if response.chunked and response.supports_chunked_reads():
+            yield from response.read_chunked(None, decode_content=True)
+            return
+        while chunk := response.read1(1 << 16):
+            yield chunk
+
+    def close(self) -> None:
+        """End the stream; safe from another thread while a read blocks, and twice."""
+        with self._lock:
+            self._closed = True
+            if self._reading and self._reader != threading.get_ident():
+                # Wake the reader; it releases the response on its way out.
+                with contextlib.suppress(ValueError, RuntimeError, OSError):
+                    self._response.shutdown()
+                return
+            self._release()
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._done:
+            self._response.release_conn()  # a cleanly ended stream: the connection is reusable
+        else:
+            self._response.close()

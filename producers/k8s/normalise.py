@@ -1,0 +1,291 @@
+"""Kubernetes Pods and Nodes to `gpuwatch.k8s.pod/v1` and `gpuwatch.k8s.node/v1` values.
+
+Pure functions of the object (and, for a pod, its resolved owner). The values come out
+with `type="ADDED"` and `ts=0`: the event type and time are set where the event is
+known (`resync.py`). Each object also yields its *stamps*: the times the API recorded
+for the transitions our values show (condition transitions, container starts and
+finishes, deletion), from which the event time of a change is taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from producers.k8s.objects import (
+    Condition as ConditionObject,
+)
+from producers.k8s.objects import (
+    ContainerStatusObject,
+    MalformedObject,
+    Node,
+    ObjectMeta,
+    Pod,
+    parse_time,
+)
+from producers.k8s.selection import GpuResources, effective_request
+from schemas.ids import NodeName, PodUid
+from schemas.k8s_node import K8sNode
+from schemas.k8s_pod import Condition, ContainerStatus, K8sPod, Owner, PodPhase
+
+__all__ = [
+    "POD_CONDITIONS",
+    "QUEUE_LABEL",
+    "NodeRules",
+    "PodRules",
+    "Stamps",
+    "node_key",
+    "node_stamps",
+    "normalise_node",
+    "normalise_pod",
+    "pod_key",
+    "pod_stamps",
+]
+
+POD_CONDITIONS = ("PodScheduled", "Ready", "DisruptionTarget")
+"""Conditions copied into messages, in this order: scheduling (Unschedulable with the
+scheduler's message, SchedulingGated by a queue), readiness, and why the pod is being
+terminated (eviction, preemption: reason TerminationByKubelet, PreemptionByScheduler...).
+Initialized and ContainersReady add nothing the container states do not show."""
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue; older Kueue set it as an annotation
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+_PHASES: frozenset[str] = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
+_STATUSES = frozenset({"True", "False", "Unknown"})
+
+Stamps = frozenset[tuple[str, int]]
+"""(what, epoch ms) pairs: a transition the API recorded and when."""
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """What a pod value carries: which resources are GPUs, which labels are copied."""
+
+    gpus: GpuResources
+    label_allowlist: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeRules:
+    """What a node value carries."""
+
+    gpus: GpuResources
+    label_allowlist: tuple[str, ...] = ()
+
+
+def _meta(obj: Pod | Node) -> ObjectMeta:
+    return obj.get("metadata") or {}
+
+
+def pod_key(pod: Pod) -> str:
+    """The message key of a pod: its uid."""
+    uid = _meta(pod).get("uid")
+    if not uid:
+        raise MalformedObject("pod without metadata.uid")
+    return uid
+
+
+def node_key(node: Node) -> str:
+    """The message key of a node: its name."""
+    name = _meta(node).get("name")
+    if not name:
+        raise MalformedObject("node without metadata.name")
+    return name
+
+
+def _allowed(labels: Mapping[str, str] | None, allowlist: Iterable[str]) -> dict[str, str]:
+    labels = labels or {}
+    return {key: labels[key] for key in allowlist if key in labels}
+
+
+def _created(meta: ObjectMeta, what: str) -> int:
+    created = parse_time(meta.get("creationTimestamp"))
+    if created is None:
+        raise MalformedObject(f"{what} without metadata.creationTimestamp")
+    return created
+
+
+def _condition(obj: ConditionObject) -> Condition:
+    status = obj.get("status") or "Unknown"
+    return Condition(
+        type=obj.get("type") or "",
+        status=status if status in _STATUSES else "Unknown",  # type: ignore[arg-type]
+        reason=obj.get("reason") or None,
+        message=obj.get("message") or None,
+    )
+
+
+def _container(obj: ContainerStatusObject) -> ContainerStatus:
+    state = obj.get("state") or {}
+    last = (obj.get("lastState") or {}).get("terminated") or {}
+    restarts = max(0, obj.get("restartCount") or 0)
+    name = obj.get("name") or ""
+    terminated = state.get("terminated")
+    if terminated is not None:
+        return ContainerStatus(
+            name=name,
+            state="terminated",
+            reason=terminated.get("reason") or None,
+            exit_code=terminated.get("exitCode"),
+            restarts=restarts,
+        )
+    if state.get("running") is not None:
+        return ContainerStatus(
+            name=name, state="running", reason=None, exit_code=None, restarts=restarts
+        )
+    waiting = state.get("waiting") or {}
+    # A container waiting after it ran (CrashLoopBackOff) shows the exit code of its
+    # last run: the reason says it is backing off, the code says how it died (137: OOM).
+    return ContainerStatus(
+        name=name,
+        state="waiting",
+        reason=waiting.get("reason") or None,
+        exit_code=last.get("exitCode"),
+        restarts=restarts,
+    )
+
+
+def _statuses(pod: Pod) -> list[ContainerStatusObject]:
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _conditions(conditions: Iterable[ConditionObject] | None) -> dict[str, ConditionObject]:
+    return {c.get("type") or "": c for c in conditions or ()}
+
+
+def _finished_at(pod: Pod, phase: str, conditions: Mapping[str, ConditionObject]) -> int | None:
+    """The last container termination of a pod in a final phase; a pod that ended without
+    a recorded termination (evicted before its containers ran) falls back to the last
+    transition of its conditions."""
+    if phase not in ("Succeeded", "Failed"):
+        return None
+    times = [
+        parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for s in _statuses(pod)
+    ]
+    found = [t for t in times if t is not None]
+    if not found:
+        found = [
+            t
+            for name in POD_CONDITIONS
+            if (t := parse_time(conditions.get(name, {}).get("lastTransitionTime"))) is not None
+        ]
+    return max(found) if found else None
+
+
+def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
+    """The pod value (type ADDED, ts 0); MalformedObject when it has no uid or creation time."""
+    meta = _meta(pod)
+    uid = pod_key(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    conditions = _conditions(status.get("conditions"))
+    scheduled = conditions.get("PodScheduled", {})
+    labels = meta.get("labels") or {}
+    queue = labels.get(QUEUE_LABEL) or (meta.get("annotations") or {}).get(QUEUE_LABEL)
+    return K8sPod(
+        schema="gpuwatch.k8s.pod/v1",
+        type="ADDED",
+        ts=0,
+        resource_version=meta.get("resourceVersion") or "",
+        uid=PodUid(uid),
+        namespace=meta.get("namespace") or "",
+        name=meta.get("name") or "",
+        node=NodeName(node) if (node := spec.get("nodeName")) else None,
+        phase=_phase(phase),
+        created_at=_created(meta, "pod"),
+        scheduled_at=(
+            parse_time(scheduled.get("lastTransitionTime"))
+            if scheduled.get("status") == "True"
+            else None
+        ),
+        started_at=parse_time(status.get("startTime")),
+        finished_at=_finished_at(pod, phase, conditions),
+        gpu_request=effective_request(pod, rules.gpus),
+        conditions=tuple(
+            _condition(conditions[name]) for name in POD_CONDITIONS if name in conditions
+        ),
+        containers=tuple(_container(s) for s in _statuses(pod)),
+        labels=_allowed(labels, rules.label_allowlist),
+        owner=owner,
+        priority_class=spec.get("priorityClassName") or None,
+        queue=queue or None,
+    )
+
+
+def _phase(phase: str) -> PodPhase:
+    return phase if phase in _PHASES else "Unknown"  # type: ignore[return-value]
+
+
+def pod_stamps(pod: Pod) -> Stamps:
+    """The recorded transition times a pod value depends on."""
+    meta = _meta(pod)
+    status = pod.get("status") or {}
+    found: list[tuple[str, int | None]] = [
+        ("created", parse_time(meta.get("creationTimestamp"))),
+        ("deleted", parse_time(meta.get("deletionTimestamp"))),
+        ("started", parse_time(status.get("startTime"))),
+    ]
+    for condition in status.get("conditions") or ():
+        if condition.get("type") in POD_CONDITIONS:
+            found.append(
+                (
+                    f"condition/{condition.get('type')}",
+                    parse_time(condition.get("lastTransitionTime")),
+                )
+            )
+    for container in _statuses(pod):
+        name = container.get("name") or ""
+        state = container.get("state") or {}
+        running = state.get("running") or {}
+        terminated = state.get("terminated") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        found += [
+            (f"container/{name}/running", parse_time(running.get("startedAt"))),
+            (f"container/{name}/finished", parse_time(terminated.get("finishedAt"))),
+            (f"container/{name}/last-finished", parse_time(last.get("finishedAt"))),
+        ]
+    return frozenset((what, ms) for what, ms in found if ms is not None)
+
+
+def normalise_node(node: Node, rules: NodeRules) -> K8sNode:
+    """The node value (type ADDED, ts 0); MalformedObject when it has no name."""
+    meta = _meta(node)
+    name = node_key(node)
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    ready = _conditions(status.get("conditions")).get("Ready", {})
+    labels = meta.get("labels") or {}
+    return K8sNode(
+        schema="gpuwatch.k8s.node/v1",
+        type="ADDED",
+        node=NodeName(name),
+        ts=0,
+        gpu_capacity=rules.gpus.counts(status.get("capacity")),
+        gpu_allocatable=rules.gpus.counts(status.get("allocatable")),
+        gpu_product=labels.get(GPU_PRODUCT_LABEL) or None,
+        labels=_allowed(labels, rules.label_allowlist),
+        ready=ready.get("status") == "True",
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def node_stamps(node: Node) -> Stamps:
+    """The recorded transition times a node value depends on."""
+    meta = _meta(node)
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    ready = _conditions(status.get("conditions")).get("Ready", {})
+    found: list[tuple[str, int | None]] = [
+        ("created", parse_time(meta.get("creationTimestamp"))),
+        ("deleted", parse_time(meta.get("deletionTimestamp"))),
+        ("condition/Ready", parse_time(ready.get("lastTransitionTime"))),
+    ]
+    for taint in spec.get("taints") or ():
+        if taint.get("key") == UNSCHEDULABLE_TAINT:
+            found.append(("cordoned", parse_time(taint.get("timeAdded"))))
+    return frozenset((what, ms) for what, ms in found if ms is not None)

@@ -1,0 +1,140 @@
+"""Fixtures of the watcher's integration tests: the test API server, a kubeconfig for it,
+topics of the test's own, a consumer, the JSON Schemas."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from gpuwatch.topics import create_topics
+from producers.k8s.apiserver import FakeApiServer
+from schemas import K8S_NODES, K8S_PODS
+from schemas.export import JSON_DIR
+from schemas.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a thread running (a watch, a publisher, a server)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def wait() -> Callable[..., None]:
+    return wait_until
+
+
+@pytest.fixture
+def free_port() -> Callable[[], int]:
+    def pick() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    return pick
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    with FakeApiServer(bookmark_interval_s=0.2) as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(apiserver: FakeApiServer, tmp_path: Path) -> Path:
+    """A kubeconfig whose current context is the test API server (no credentials)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": apiserver.url}}],
+                "users": [{"name": "sim", "user": {}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                "current-context": "sim",
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
+    """The stack's settings with topics of this test alone (3 partitions), deleted after."""
+    kafka = stack.kafka.model_copy(update={"topic_prefix": topic_prefix, "partitions": 3})
+    settings = stack.model_copy(update={"kafka": kafka})
+    rows = create_topics(settings)
+    assert all(row.ok for row in rows), rows
+    yield settings
+    admin = KafkaAdminClient(**stack.kafka.client_options())
+    try:
+        names = [name for name in admin.list_topics() if name.startswith(topic_prefix)]
+        if names:
+            admin.delete_topics(names)
+    finally:
+        admin.close()
+
+
+def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of `topic` now, in partition then offset order."""
+    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
+    try:
+        deadline = time.monotonic() + 30
+        while (ids := consumer.partitions_for_topic(topic)) is None:
+            assert time.monotonic() < deadline, f"no metadata for {topic}"
+            time.sleep(0.1)
+        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+@pytest.fixture
+def consume() -> Callable[[Settings, str], list[ConsumerRecord]]:
+    return consume_all
+
+
+@pytest.fixture(scope="session")
+def validators() -> dict[str, Draft202012Validator]:
+    """The committed JSON Schemas of the two topics, by topic name."""
+    out = {}
+    for spec in (K8S_PODS, K8S_NODES):
+        document: dict[str, Any] = json.loads(
+            (JSON_DIR / spec.json_schema_file).read_text(encoding="utf-8")
+        )
+        Draft202012Validator.check_schema(document)
+        out[spec.name] = Draft202012Validator(document)
+    return out

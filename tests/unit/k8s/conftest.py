@@ -1,0 +1,70 @@
+"""Fixtures of the watcher's tests: recorded API objects, the test API server, a client."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers.k8s.apiserver import FakeApiServer
+from producers.k8s.client import KubernetesApi
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+Wait = Callable[..., None]
+
+
+def load(name: str) -> dict[str, Any]:
+    """A recorded object from fixtures/ (`pod-evicted`)."""
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture
+def fixture() -> Callable[[str], dict[str, Any]]:
+    return load
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a thread running (a watch, a server handler)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
+    """Poll `predicate` until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def wait() -> Wait:
+    return wait_until
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    """The test API server, bookmarks every 100 ms."""
+    with FakeApiServer(bookmark_interval_s=0.1) as server:
+        yield server
+
+
+@pytest.fixture
+def kube(apiserver: FakeApiServer) -> Iterator[KubernetesApi]:
+    """The real `kubernetes` client pointed at the test API server."""
+    api = KubernetesApi.for_host(apiserver.url)
+    yield api
+    api.close()
