@@ -15,6 +15,7 @@ from producers.agent import NodeAgent
 from producers.kafka_sender import KafkaSender
 from producers.publisher import Publisher
 from producers.sim_node import simple_node
+from schemas.nvml_sample import NvmlSample
 from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES
 
@@ -34,6 +35,9 @@ class ProducerResult:
     """The agent as deployed: its loop at 10 Hz publishing to Kafka, CPU of all threads
     over the run (the figure the 50 us target is about)."""
     paced_seconds: float
+    bare_client_cpu_us_per_gpu_sample: float | None
+    """Baseline: a bare kafka-python producer sending the same messages at the same
+    10 Hz, with nothing else in the process (the client's own cost)."""
     encode_only_cpu_us_per_gpu_sample: float
     """Baseline: msgspec-encoding an already assembled sample, the floor of any producer."""
     sample_bytes: int
@@ -83,7 +87,7 @@ def bench_producer(
     sample = agent.tick()
     encode_s = _cpu_per(lambda: _discard(NVML_SAMPLES.encode(sample)), ticks)
 
-    with_kafka = paced = None
+    with_kafka = paced = bare = None
     if kafka:
         prefix = f"gpuwatch-bench-{uuid.uuid4().hex[:8]}."
         scoped = settings.model_copy(
@@ -113,6 +117,7 @@ def bench_producer(
                 time.sleep(0.01)
             with_kafka = (time.process_time() - started) / ticks
             paced = _paced(agent_k, publisher, paced_seconds)
+            bare = _bare_client(settings, NVML_SAMPLES.full_name(prefix), sample, paced_seconds)
         finally:
             publisher.stop(timeout_s=10)
             delete_topics(scoped)
@@ -124,6 +129,7 @@ def bench_producer(
         with_kafka_cpu_us_per_gpu_sample=None if with_kafka is None else with_kafka * per,
         paced_cpu_us_per_gpu_sample=None if paced is None else paced * per,
         paced_seconds=paced_seconds,
+        bare_client_cpu_us_per_gpu_sample=None if bare is None else bare * per,
         encode_only_cpu_us_per_gpu_sample=encode_s * per,
         sample_bytes=sent[-1],
     )
@@ -151,6 +157,27 @@ def _paced(agent: NodeAgent, publisher: Publisher, seconds: float) -> float:
     return (time.process_time() - started) / max(1, ticks)
 
 
+def _bare_client(settings: Settings, topic: str, sample: NvmlSample, seconds: float) -> float:
+    """CPU seconds per message of kafka-python alone, at 10 Hz, with the agent's options."""
+    value, key = NVML_SAMPLES.encode(sample), sample.node.encode()
+    sender = KafkaSender(settings.kafka, topic, client_id="gpuwatch-bench-bare")
+    acked = threading.Semaphore(0)
+    sender.send(key, value, lambda _error: acked.release())
+    acked.acquire(timeout=30)
+    count = max(1, int(seconds / PACED_INTERVAL_S))
+    started = time.process_time()
+    next_at = time.monotonic()
+    for _ in range(count):
+        sender.send(key, value, lambda _error: acked.release())
+        next_at += PACED_INTERVAL_S
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    for _ in range(count):
+        acked.acquire(timeout=30)
+    cost = (time.process_time() - started) / count
+    sender.close(10)
+    return cost
+
+
 def format_producer(result: ProducerResult) -> str:
     """A human summary of the producer benchmark."""
     lines = [
@@ -169,6 +196,13 @@ def format_producer(result: ProducerResult) -> str:
             f"  agent loop at 10 Hz for {result.paced_seconds:.0f} s with Kafka: "
             f"{result.paced_cpu_us_per_gpu_sample:8.1f} us CPU per GPU-sample"
         )
+    if result.bare_client_cpu_us_per_gpu_sample and result.paced_cpu_us_per_gpu_sample:
+        ratio = result.paced_cpu_us_per_gpu_sample / result.bare_client_cpu_us_per_gpu_sample
+        lines.append(
+            f"  baseline, bare kafka-python at 10 Hz:  "
+            f"{result.bare_client_cpu_us_per_gpu_sample:8.1f} us CPU per GPU-sample "
+            f"(agent = {ratio:.2f}x)"
+        )
     lines.append(
         f"  baseline, encode only:                  "
         f"{result.encode_only_cpu_us_per_gpu_sample:8.1f} us CPU per GPU-sample "
@@ -184,4 +218,8 @@ def producer_json(result: ProducerResult) -> str:
         result.paced_cpu_us_per_gpu_sample or result.tick_cpu_us_per_gpu_sample
     )
     data["ratio_to_encode"] = result.ratio_to_encode
+    if result.paced_cpu_us_per_gpu_sample and result.bare_client_cpu_us_per_gpu_sample:
+        data["ratio_to_bare_client"] = (
+            result.paced_cpu_us_per_gpu_sample / result.bare_client_cpu_us_per_gpu_sample
+        )
     return json.dumps(data, sort_keys=True)

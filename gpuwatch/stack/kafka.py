@@ -280,8 +280,9 @@ class KafkaService:
             f"{lib}/*",
             STORAGE_TOOL,
             "format",
-            "-t",
-            cluster_id,
+            # One token: a base64url id may start with "-", which argparse would read
+            # as the next option (about 1 start in 64 failed that way).
+            f"--cluster-id={cluster_id}",
             "-c",
             str(self.config),
             "--standalone",

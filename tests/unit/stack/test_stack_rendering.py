@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from gpuwatch.stack import kafka, prometheus, redis
-from gpuwatch.stack.service import ServiceStatus, format_table
+from gpuwatch.stack.service import ServiceStatus, StackPaths, format_table
+from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -132,3 +133,25 @@ def test_format_table_aligns_columns(tmp_path: Path) -> None:
     assert first.endswith(str(tmp_path / "kafka.log"))
     assert second.split()[:4] == ["redis", "external", "127.0.0.1:6379", "-"]
     assert header.index("STATE") == first.index("up") == second.index("external")
+
+
+def test_the_format_command_keeps_a_dash_led_cluster_id_in_one_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # base64url ids start with "-" one time in 64; `-t -abc` made kafka-storage fail.
+    monkeypatch.setattr(kafka, "new_cluster_id", lambda: "-Xh2bQ0AAAAAAAAAAAAAAA")
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(kafka.subprocess, "run", fake_run)
+    settings = Settings().model_copy(
+        update={"stack": Settings().stack.model_copy(update={"state_dir": tmp_path})}
+    )
+    service = kafka.KafkaService(
+        settings, StackPaths.of(tmp_path), which=lambda name: f"/usr/bin/{name}"
+    )
+    service._format(tmp_path, lambda _: None)
+    assert "--cluster-id=-Xh2bQ0AAAAAAAAAAAAAAA" in calls[0]
