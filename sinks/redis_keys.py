@@ -1,0 +1,124 @@
+"""Every Redis key name the sink writes, in one place (DESIGN.md §5 plus the sink's own helpers).
+
+The public keys are the ones DESIGN.md §5 names; the others (`:windows`, `:seen`, `:last`,
+per-window leaderboards) exist so that every write is an idempotent upsert keyed by a
+record's identity. SINKS-redis.md documents the layout and why each helper key exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from schemas.fields import LifecycleState
+from schemas.ids import GpuUuid, PodUid
+
+__all__ = ["DEFAULT_PREFIX", "STATES", "RedisKeys"]
+
+DEFAULT_PREFIX: Final = "gpuwatch:"
+
+STATES: Final[tuple[LifecycleState, ...]] = ("queued", "running", "stalled", "finished")
+"""Lifecycle states in rank order: at equal event time the later one wins (finished last)."""
+
+_PREFIX = re.compile(r"^[A-Za-z0-9._{}:-]*$")  # `{...}` allowed: a cluster hash tag
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """Key names under one prefix (`gpuwatch:` in production, a unique one per test)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix):
+            raise ValueError(f"key prefix must match {_PREFIX.pattern}, got {self.prefix!r}")
+
+    # -- pods -----------------------------------------------------------------------------
+    def pod(self, uid: PodUid | str) -> str:
+        """Hash: a pod's live state, names, cost and waste totals (public)."""
+        return f"{self.prefix}pod:{uid}"
+
+    def pod_windows(self, uid: PodUid | str) -> str:
+        """Hash: `cost:{window_start}` / `waste:{window_start}` in nano-USD, and the totals."""
+        return f"{self.prefix}pod:{uid}:windows"
+
+    def timeline(self, uid: PodUid | str) -> str:
+        """Stream: a pod's transitions and alerts, capped (public)."""
+        return f"{self.prefix}timeline:{uid}"
+
+    def timeline_seen(self, uid: PodUid | str) -> str:
+        """Sorted set: identities of the timeline's entries by event time (deduplication)."""
+        return f"{self.prefix}timeline:{uid}:seen"
+
+    def pod_keys(self, uid: PodUid | str) -> tuple[str, str, str, str]:
+        """The keys of one pod that expire `finished_ttl_s` after it finishes."""
+        return (self.pod(uid), self.pod_windows(uid), self.timeline(uid), self.timeline_seen(uid))
+
+    def state(self, state: LifecycleState) -> str:
+        """Sorted set: uids of the pods in `state`, scored by state_since (public)."""
+        return f"{self.prefix}state:{state}"
+
+    def states(self) -> tuple[str, ...]:
+        """The four state sets, in the rank order of `STATES`."""
+        return tuple(self.state(state) for state in STATES)
+
+    # -- GPUs -----------------------------------------------------------------------------
+    def gpu(self, uuid: GpuUuid | str) -> str:
+        """Hash: a GPU's live state from the latest node sample and its latest window (public)."""
+        return f"{self.prefix}gpu:{uuid}"
+
+    def gpus(self) -> str:
+        """Sorted set: every GPU uuid scored by its latest sample's event time."""
+        return f"{self.prefix}gpus"
+
+    # -- waste leaderboards -----------------------------------------------------------------
+    def waste_pods(self) -> str:
+        """Sorted set: pod uid by waste_usd over the last hour of windows (public)."""
+        return f"{self.prefix}waste:pods"
+
+    def waste_namespaces(self) -> str:
+        """Sorted set: namespace by waste_usd over the last hour of windows (public)."""
+        return f"{self.prefix}waste:namespaces"
+
+    def waste_pods_window_prefix(self) -> str:
+        """Prefix of the per-window pod leaderboards (`...:{window_start}`)."""
+        return f"{self.prefix}waste:pods:"
+
+    def waste_namespaces_window_prefix(self) -> str:
+        """Prefix of the per-window namespace leaderboards (`...:{window_start}`)."""
+        return f"{self.prefix}waste:namespaces:"
+
+    def waste_pods_window(self, window_start: int) -> str:
+        """Sorted set: pod uid by the waste_usd of its record for one window."""
+        return f"{self.waste_pods_window_prefix()}{window_start}"
+
+    def waste_namespaces_window(self, window_start: int) -> str:
+        """Sorted set: namespace by the sum of its pods' waste_usd for one window."""
+        return f"{self.waste_namespaces_window_prefix()}{window_start}"
+
+    def waste_windows(self) -> str:
+        """Sorted set: the window starts inside the last hour, scored by window end."""
+        return f"{self.prefix}waste:windows"
+
+    # -- alerts ---------------------------------------------------------------------------
+    def alerts(self) -> str:
+        """Stream: every alert message, capped (public)."""
+        return f"{self.prefix}alerts"
+
+    def alerts_seen(self) -> str:
+        """Sorted set: identities of the alert stream's entries by event time (deduplication)."""
+        return f"{self.prefix}alerts:seen"
+
+    def alerts_firing(self) -> str:
+        """Hash: fingerprint -> JSON of the latest message of each firing alert (public)."""
+        return f"{self.prefix}alerts:firing"
+
+    def alerts_last(self) -> str:
+        """Sorted set: fingerprint by the event time of its latest applied status."""
+        return f"{self.prefix}alerts:last"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key under this prefix."""
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{escaped}*"
