@@ -50,6 +50,9 @@ class KafkaSender:
             "delivery_timeout_ms": int(delivery_timeout_s * 1000),
             "request_timeout_ms": 10_000,
             "reconnect_backoff_max_ms": 2_000,
+            # kafka-python's own sensors cost CPU on every send and nothing reads them:
+            # the agent exports what matters itself.
+            "metrics_enabled": False,
         }
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
