@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the OS packages the local stack needs (a JRE 17+, Maven, Redis, Prometheus)
+# Installs the OS packages the local stack needs (a JRE 17+, Maven, Redis, Prometheus,
+# Alertmanager's amtool)
 # when they are missing. Idempotent: does nothing when every command is present.
 set -euo pipefail
 
@@ -15,9 +16,11 @@ command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# amtool validates deploy/prometheus/alertmanager.yml in the tests.
+command -v amtool >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "os-deps: java, mvn, redis-server, prometheus and promtool are present"
+  echo "os-deps: java, mvn, redis-server, prometheus, promtool and amtool are present"
   exit 0
 fi
 

@@ -1,0 +1,102 @@
+"""Builders of the records WorkerMetrics reads, a settable clock, and readers of its values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from prometheus_client import CollectorRegistry
+
+from schemas.alert import Alert
+from schemas.attribution import Attribution
+from schemas.examples import example
+from schemas.gpu_window import GpuWindow
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.pod_usage import PodUsage
+from sinks.metrics import WorkerMetrics
+
+T0 = 1_764_412_000_000  # event time of the first record, epoch ms
+S = 1000
+
+
+class Clock:
+    """A clock the test moves: `clock.now = 310.0`."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def worker(clock: Clock | None = None, **kw: Any) -> WorkerMetrics:
+    """A WorkerMetrics on a fresh registry."""
+    return WorkerMetrics(CollectorRegistry(), clock=clock or Clock(), **kw)
+
+
+def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
+    """The sample's value read back through the registry (None when absent)."""
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def series(metrics: WorkerMetrics, name: str) -> list[dict[str, str]]:
+    """The label sets of every sample called `name`."""
+    return [dict(s.labels) for m in metrics.registry.collect() for s in m.samples if s.name == name]
+
+
+POD = {"namespace": "ml", "pod": "train-0", "team": "vision", "node": "n1"}
+
+
+def lifecycle(uid: str = "u1", to: str = "running", ts: int = T0, **kw: Any) -> PodLifecycle:
+    """A transition of pod `uid` (ml/train-0 of team vision on n1 unless told)."""
+    raw = example("gpuwatch.pod.lifecycle/v1") | {"uid": uid, "to_state": to, "ts": ts}
+    raw |= {"node": "n1", "from_state": None, "queued_ms": 0, "running_ms": 0, "stalled_ms": 0}
+    raw |= kw
+    return msgspec.convert(raw, PodLifecycle)
+
+
+def attribution(uid: str = "u1", start: int = T0, **kw: Any) -> Attribution:
+    """A one-minute window of pod `uid` from `start`: cost 0.0658, waste 0.0033 unless told."""
+    raw = example("gpuwatch.attribution/v1") | {"uid": uid, "node": "n1"}
+    raw |= {"window_start": start, "window_end": start + 60 * S, "ts": start + 60 * S}
+    raw |= kw
+    return msgspec.convert(raw, Attribution)
+
+
+def usage(uid: str = "u1", ts: int = T0, share: float | None = 0.5, vram: int = 10) -> PodUsage:
+    """Five seconds of pod `uid` on the example GPU."""
+    raw = example("gpuwatch.pod.usage/v1") | {"uid": uid, "ts": ts, "end_ts": ts + 5 * S}
+    raw["gpus"][0] |= {"share_mean": share, "vram_peak_bytes": vram}
+    return msgspec.convert(raw, PodUsage)
+
+
+def window(uuid: str = "GPU-1", start: int = T0, **kw: Any) -> GpuWindow:
+    """A one-minute window of GPU `uuid` on n1: 36 s idle, all of it allocated, unless told."""
+    raw = example("gpuwatch.gpu.window/v1") | {"uuid": uuid, "node": "n1", "model": "H100"}
+    raw |= {"window_start": start, "window_end": start + 60 * S, "ts": start + 60 * S}
+    raw |= kw
+    return msgspec.convert(raw, GpuWindow)
+
+
+def gpu(uuid: str, util: float | None = 50.0, pods: tuple[str | None, ...] = (), **kw: Any) -> Any:
+    """A GPU reading with one process per entry of `pods` (None: a process of no pod)."""
+    raw = example("gpuwatch.nvml.sample/v1")["gpus"][0] | {"uuid": uuid, "util_pct": util}
+    raw["model"] = "H100"
+    proc = raw["processes"][0]
+    raw["processes"] = [proc | {"pid": 100 + i, "pod_uid": p} for i, p in enumerate(pods)]
+    return raw | kw
+
+
+def sample(node: str, ts: int, gpus: list[Any], held: dict[str, list[str]]) -> NvmlSample:
+    """A node sample; `held` maps a pod uid to the device ids the kubelet allocated it."""
+    raw = example("gpuwatch.nvml.sample/v1") | {"node": node, "ts": ts, "gpus": gpus}
+    alloc = raw["allocations"][0]
+    raw["allocations"] = [alloc | {"pod_uid": u, "device_ids": d} for u, d in held.items()]
+    return msgspec.convert(raw, NvmlSample)
+
+
+def alert(fingerprint: str = "f1", status: str = "firing", ts: int = T0) -> Alert:
+    """The example GpuIdleAllocated alert."""
+    raw = example("gpuwatch.alert/v1") | {"fingerprint": fingerprint, "status": status, "ts": ts}
+    return msgspec.convert(raw, Alert)

@@ -1,0 +1,135 @@
+"""Per-pod series: state and seconds in it, share and VRAM, labels, and their removal."""
+
+from __future__ import annotations
+
+import pytest
+from test_metrics_fixtures import (
+    POD,
+    T0,
+    Clock,
+    S,
+    attribution,
+    lifecycle,
+    series,
+    usage,
+    value,
+    worker,
+)
+
+from sinks.metrics import SWEEP_EVERY_S
+from sinks.metrics_collector import MAX_LABEL_LEN
+
+GPU = "GPU-8f3c2a1e-5b7d-4c9a-8e6f-1d2b3c4a5e6f"  # the examples' GPU
+GPU_LABELS = POD | {"gpu": GPU, "model": "NVIDIA H100 80GB HBM3"}
+
+
+def test_only_the_current_state_is_exported_with_its_seconds_at_stream_time() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(to="queued", ts=T0, queued_ms=0))
+    metrics.observe_lifecycle(lifecycle("u2", to="queued", ts=T0 + 90 * S, pod="other"))
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="queued") == 1.0
+    assert value(metrics, "gpuwatch_pod_state_seconds", **POD, state="queued") == 90.0
+
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0 + 100 * S, running_ms=5 * S))
+    metrics.observe_lifecycle(lifecycle("u2", to="queued", ts=T0 + 130 * S, pod="other"))
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="queued") is None
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="running") == 1.0
+    # Running before (5 s) plus 30 s of stream time since the transition.
+    assert value(metrics, "gpuwatch_pod_state_seconds", **POD, state="running") == 35.0
+    assert [s["state"] for s in series(metrics, "gpuwatch_pod_state")] == ["running", "queued"]
+
+
+def test_an_older_transition_replayed_does_not_undo_a_newer_one() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(to="stalled", ts=T0 + 10 * S))
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="stalled") == 1.0
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="running") is None
+
+
+def test_team_is_the_one_pod_label_exported_and_its_name_is_configurable() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(labels={"team": "vision", "project": "llm"}))
+    (labels,) = series(metrics, "gpuwatch_pod_state")
+    assert labels == POD | {"state": "running"}
+
+    owners = worker(team_label="owner")
+    owners.observe_lifecycle(lifecycle(labels={"team": "vision", "owner": "ana"}))
+    assert value(owners, "gpuwatch_pod_state", **POD | {"team": "ana"}, state="running") == 1
+
+
+def test_label_values_lose_control_characters_and_long_ones_are_cut_but_stay_distinct() -> None:
+    metrics = worker()
+    long_a, long_b = "a" * 600 + "x", "a" * 600 + "y"
+    metrics.observe_lifecycle(lifecycle("u1", namespace="ml\n\x1b[31m", pod=long_a))
+    metrics.observe_lifecycle(lifecycle("u2", pod=long_b))
+    first, second = series(metrics, "gpuwatch_pod_state")
+    assert first["namespace"] == "ml[31m"
+    assert len(first["pod"]) == len(second["pod"]) == MAX_LABEL_LEN
+    assert first["pod"] != second["pod"]
+    assert first["pod"].startswith("a" * 200)
+
+
+def test_share_and_vram_come_from_usage_and_attribution_newest_event_time_first() -> None:
+    metrics = worker()
+    metrics.observe_usage(usage(ts=T0, share=0.5))  # pod not known yet: nothing to label it
+    assert series(metrics, "gpuwatch_pod_gpu_share_ratio") == []
+
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    metrics.observe_usage(usage(ts=T0 + 100 * S, share=0.5, vram=2_000))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.5
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 2_000
+    # The window ending at T0 + 60 s is older than the usage: it does not overwrite it.
+    metrics.observe_attribution(attribution(start=T0))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.5
+    # A later window does: 51.6 used of 60 allocated GPU-seconds.
+    metrics.observe_attribution(attribution(start=T0 + 60 * S))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == pytest.approx(0.86)
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 61203283968
+
+
+def test_an_unknown_share_is_not_exported_as_zero() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    metrics.observe_usage(usage(ts=T0, share=None, vram=7))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) is None
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 7
+
+
+def test_a_finished_pod_is_removed_after_the_grace_period_and_replays_do_not_revive_it() -> None:
+    clock = Clock(1000.0)
+    metrics = worker(clock, finished_grace_s=300)
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    metrics.observe_usage(usage(ts=T0))
+    metrics.observe_lifecycle(lifecycle(to="finished", ts=T0 + 60 * S, reason="Completed"))
+    assert value(metrics, "gpuwatch_pod_state", **POD, state="finished") == 1.0
+
+    metrics.expire(1299.0)
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 10
+    clock.now = 1300.0  # a scrape expires too
+    assert series(metrics, "gpuwatch_pod_state") == []
+    assert series(metrics, "gpuwatch_pod_gpu_memory_bytes") == []
+
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))  # a replay of the topic
+    metrics.observe_attribution(attribution(start=T0 - 60 * S, state="running"))
+    assert series(metrics, "gpuwatch_pod_state") == []
+    assert series(metrics, "gpuwatch_pod_gpu_share_ratio") == []
+
+
+def test_forget_drops_the_pods_and_gpus_of_revoked_partitions() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle("u1", to="running"))
+    metrics.observe_lifecycle(lifecycle("u2", to="queued", pod="train-1"))
+    metrics.forget(pods=["u1"])
+    assert [s["pod"] for s in series(metrics, "gpuwatch_pod_state")] == ["train-1"]
+
+
+def test_a_pod_without_any_record_for_a_day_is_forgotten() -> None:
+    clock = Clock(0.0)
+    metrics = worker(clock)
+    metrics.observe_lifecycle(lifecycle("u1", to="running"))
+    clock.now = 86_399.0
+    metrics.observe_lifecycle(lifecycle("u2", to="queued", pod="train-1"))
+    assert len(series(metrics, "gpuwatch_pod_state")) == 2
+    clock.now = 86_399.0 + SWEEP_EVERY_S  # full scans are throttled; the last one was at 86399
+    assert [s["pod"] for s in series(metrics, "gpuwatch_pod_state")] == ["train-1"]
