@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topics(verbs)
     _add_node_agent(verbs)
     _add_k8s_watcher(verbs)
+    _add_worker(verbs)
     _add_bench(verbs)
     _add_settings(verbs)
     return parser
@@ -190,6 +191,39 @@ def _add_bench(verbs: Any) -> None:
         "--no-kafka", action="store_true", help="skip the part that publishes to Kafka"
     )
     bench.set_defaults(handler=_bench)
+
+
+def _add_worker(verbs: Any) -> None:
+    worker = verbs.add_parser(
+        "worker",
+        help="the Faust stream processors: samples and pod events to usage, windows, alerts",
+        description="Run the stream worker (a Faust app; the app id GPUWATCH_APP_ID is its "
+        "consumer group, so replicas share the partitions). Node side: nvml.samples and "
+        "k8s.nodes (keyed by node) to pod.usage, gpu.windows and alerts. Pod side: k8s.pods "
+        "and pod.usage (keyed by pod uid) to pod.lifecycle, attribution and alerts. Bad "
+        "input goes to the deadletter topic with the reason. State lives in changelog-backed "
+        "tables and is restored from Kafka on a restart. The topics must exist with one "
+        "partition count (`gpuwatch topics create`); the worker creates its internal tick "
+        "topic. SIGTERM commits and exits.",
+    )
+    worker.add_argument(
+        "--tick-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between stream-time ticks (1.0)",
+    )
+    worker.add_argument(
+        "--session-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="Kafka session timeout: a silent worker's partitions move after this long (30)",
+    )
+    worker.add_argument(
+        "--instance", metavar="NAME", help="this worker's name in logs (default: host-pid)"
+    )
+    worker.set_defaults(handler=_worker)
 
 
 def _add_k8s_watcher(verbs: Any) -> None:
@@ -435,6 +469,27 @@ def _k8s_watcher(args: argparse.Namespace, settings: Settings) -> int:
     try:
         return k8s_watcher.run(settings, options)
     except k8s_watcher.WatcherStartError as exc:
+        raise UserFacingError(str(exc)) from exc
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    import dataclasses
+
+    from gpuwatch import worker
+    from streams.app import WorkerOptions
+
+    if args.log_level == "WARNING":
+        # A daemon says what it does; Faust's own INFO lines (tables, offsets) stay off.
+        for name in ("gpuwatch", "streams"):
+            logging.getLogger(name).setLevel(logging.INFO)
+    options = WorkerOptions(
+        tick_interval_s=args.tick_interval, session_timeout_s=args.session_timeout
+    )
+    if args.instance:
+        options = dataclasses.replace(options, instance=args.instance)
+    try:
+        return worker.run(settings, options, loglevel=args.log_level)
+    except worker.WorkerStartError as exc:
         raise UserFacingError(str(exc)) from exc
 
 

@@ -105,7 +105,7 @@ def add_usage(
     while cut < usage.end_ts:
         bucket = window_start(cut, window_ms)
         stop = min(bucket + window_ms, usage.end_ts)
-        if state.state == "finished" or bucket < state.closed_until:
+        if bucket < state.closed_until:
             late = True
         else:
             window = open_.get(bucket, OpenWindow(start=bucket))
@@ -165,23 +165,30 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
 def close_windows(
     state: PodState, windows: WindowSettings, now_ms: int | None = None
 ) -> tuple[PodState, list[Attribution]]:
-    """Emit the windows that are due: all of a finished pod's, else those stream time closed.
+    """Emit the windows that stream time has closed (all of a finished pod's at once).
 
-    `now_ms` is the partition's stream time (None: only a finish closes windows). A window
-    closes when stream time reaches its end plus the allowed lateness, later by
-    `UNKNOWN_POD_GRACE_MS` for a pod no pod event has described. A finished pod's window
-    that holds the finish ends at the finish; windows wholly after it keep their end.
+    `now_ms` is the partition's stream time (None: nothing closes). A window closes when
+    stream time reaches its end plus the allowed lateness, later by `UNKNOWN_POD_GRACE_MS`
+    for a pod no pod event has described. A finished pod's windows all close when stream
+    time reaches the finish plus the allowed lateness, so the usage of its last seconds,
+    which the node side flushes after the pod event arrives, still counts. The window that
+    holds the finish ends at the finish; windows wholly after it keep their end.
     """
+    if now_ms is None:
+        return state, []
     window_ms = windows.window_s * 1000
+    wait = windows.allowed_lateness_s * 1000
     finished = state.state == "finished"
     if finished:
-        closed_until = max([state.closed_until, *(w.start + window_ms for w in state.windows)])
-    elif now_ms is not None:
-        wait = windows.allowed_lateness_s * 1000
+        if now_ms < state.since + wait:
+            return state, []
+        ends = [window_start(state.since, window_ms) + window_ms]
+        closed_until = max(
+            [state.closed_until, *ends, *(w.start + window_ms for w in state.windows)]
+        )
+    else:
         wait += UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
         closed_until = max(state.closed_until, window_start(now_ms - wait, window_ms))
-    else:
-        return state, []
     due = [w for w in state.windows if w.start < closed_until]
     if not due and closed_until == state.closed_until:
         return state, []

@@ -106,16 +106,22 @@ def test_repeated_usage_is_counted_once() -> None:
 
 
 def test_a_finished_pods_last_window_ends_at_the_finish() -> None:
-    state = feed(running(), [(t, t + 10) for t in range(0, 90, 10)])
+    state = feed(running(), [(t, t + 10) for t in range(0, 80, 10)])
     state, out = step_pod_event(state, pod("Succeeded", ts=95 * S, rv=2), RULES, WINDOWS)
+    assert [t.to_state for t in out.lifecycle] == ["finished"]
+    assert out.attributions == []  # the node side may still flush its last seconds
+    # Usage flushed after the finish event, before the finish plus the lateness, counts.
+    state, out = step_usage(state, usage(80 * S, 95 * S), RULES, WINDOWS)
+    assert out.late_usage == 0
+    assert step_watermark(state, 104 * S, RULES, WINDOWS)[1].attributions == []
+    state, out = step_watermark(state, 105 * S, RULES, WINDOWS)
     first, last = out.attributions
     assert (first.window_start, first.window_end, first.state) == (0, 60 * S, "running")
     assert (last.window_start, last.window_end, last.ts) == (60 * S, 95 * S, 95 * S)
     assert last.state == "finished"
-    assert last.allocated_gpu_seconds == pytest.approx(30.0)
-    assert [t.to_state for t in out.lifecycle] == ["finished"]
-    # Usage flushed after the finish is late; no window is emitted again.
-    state, out = step_usage(state, usage(90 * S, 95 * S), RULES, WINDOWS)
+    assert last.allocated_gpu_seconds == pytest.approx(35.0)
+    # Usage after that is late; no window is emitted again.
+    state, out = step_usage(state, usage(95 * S, 100 * S), RULES, WINDOWS)
     assert out.late_usage == 1
     assert step_watermark(state, 10_000 * S, RULES, WINDOWS)[1].attributions == []
 
@@ -197,7 +203,7 @@ def test_history_is_trimmed_as_windows_close() -> None:
     assert len(state.history) <= 4
 
 
-def test_close_windows_without_stream_time_only_closes_finished_pods() -> None:
+def test_close_windows_without_stream_time_closes_nothing() -> None:
     short = WindowSettings(window_s=5, allowed_lateness_s=0)
     state, _ = add_usage(running(), usage(0, 10 * S), short)
     assert close_windows(state, short) == (state, [])

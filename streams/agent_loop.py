@@ -1,0 +1,186 @@
+"""The loop of one Faust agent: batches of events to per-partition processors, outputs, state.
+
+One agent reads a channel of co-partitioned topics (its data topics and the tick topic),
+so the events of a partition reach it in order. Per batch:
+
+1. each event goes to its partition's processor (created from the table on first use);
+   ticks wait in `Progress` until the data before them is processed, then run;
+2. the records the batch made are sent, and the producer is flushed: outputs are
+   acknowledged before the state that says they were made is written;
+3. the changed state is written to the table's changelog, with the partition explicitly:
+   Faust's `table[key] = value` takes the partition from the current event, which a batch
+   of several partitions does not have;
+4. Faust acks the batch's events when the loop asks for the next batch, and commits the
+   acked offsets later, after flushing the producer again (its default at-least-once).
+
+A crash loses at most the work after the last commit: the inputs come again, replays that
+the state already holds are skipped, and the rest gives records equal to the lost ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+from streams.deadletters import Counters, Outputs, Record, Source
+from streams.ticks import Committed, Progress, Tick, decode_tick
+from streams.windows import Watermark
+
+__all__ = ["BATCH_MAX", "BATCH_WITHIN_S", "AgentLoop", "Message", "Processor", "StateTable"]
+
+log = logging.getLogger(__name__)
+
+BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input at most
+BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
+
+
+class Message(NamedTuple):
+    """The parts of a Kafka message the loop uses."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Processor(Protocol):
+    """One partition's side of the pipeline (`NodePartition`, `PodPartition`)."""
+
+    @property
+    def stream_time(self) -> int | None:
+        """The partition's stream time, None before any."""
+        ...
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input; its event time, None when rejected."""
+        ...
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """Apply a tick whose data is in."""
+        ...
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """Changed state since the last call, by key (None: delete)."""
+        ...
+
+
+class StateTable(Protocol):
+    """A changelog-backed key/value table whose keys are grouped by partition."""
+
+    def load(self, partition: int) -> list[tuple[bytes, bytes]]:
+        """Every key and value of a partition."""
+        ...
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Set (None: delete) a key of a partition, locally and in the changelog."""
+        ...
+
+
+Make = Callable[[int, list[tuple[bytes, bytes]]], Processor]
+
+
+class AgentLoop:
+    """Runs batches through the processors of the partitions this worker owns."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        inputs: Iterable[str],
+        tick_topic: str,
+        table: StateTable,
+        make: Make,
+        outputs: Outputs,
+        watermark: Watermark,
+        committed: Committed,
+        send: Callable[[Record], None],
+        flush: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.name = name
+        self.tick_topic = tick_topic
+        self.partitions: dict[int, Processor] = {}
+        self.progress = Progress(inputs, committed)
+        self.outputs = outputs
+        self.watermark = watermark
+        self._table = table
+        self._make = make
+        self._send = send
+        self._flush = flush
+
+    @property
+    def counters(self) -> Counters:
+        """The worker's counters."""
+        return self.outputs.counters
+
+    async def run(self, stream: Any) -> None:
+        """The agent body: batches of a Faust stream until it ends."""
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await self.process([_message(event) for event in events])
+
+    async def process(self, messages: list[Message]) -> None:
+        """One batch: process, send and flush the outputs, then store the state."""
+        out = self.outputs
+        for m in messages:
+            processor = self._processor(m.partition)
+            source = Source(m.topic, m.partition, m.offset, m.key)
+            if m.topic == self.tick_topic:
+                try:
+                    tick = decode_tick(m.value or b"")
+                except msgspec.DecodeError as exc:
+                    out.dead(source, m.value, f"not a worker tick: {exc}")
+                    continue
+                self.progress.park(m.partition, tick)
+                # Other workers' progress is event time seen too: without it, a partition
+                # with no data would advance only as far as the data its owner reads.
+                for stream_time in (tick.wm, *tick.claims.values()):
+                    if stream_time is not None:
+                        self.watermark.observe(stream_time)
+                continue
+            self.counters.events += 1
+            log.info("EV %s %s %d %d", self.name, m.topic.split(".")[-1], m.partition, m.offset)
+            try:
+                ts = processor.handle(source, m.value, out)
+            except Exception as exc:  # a bug of ours must not stop the partition for good
+                log.exception("processing failed topic=%s offset=%d", m.topic, m.offset)
+                out.dead(source, m.value, f"internal error: {exc!r}")
+                ts = None
+            if ts is not None:
+                self.watermark.observe(ts)
+            self.progress.processed(m.topic, m.partition, m.offset)
+        for partition in self.progress.has_pending():
+            processor = self._processor(partition)
+            for tick in self.progress.ready(partition):
+                processor.on_tick(tick, out)
+        records = out.take()
+        for record in records:
+            self._send(record)
+        if records:
+            await self._flush()
+        for partition, processor in self.partitions.items():
+            for key, value in processor.take_writes():
+                self._table.write(partition, key, value)
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Drop the processors of revoked partitions; they reload from the table if they return."""
+        gone = set(partitions)
+        for partition in gone:
+            self.partitions.pop(partition, None)
+        self.progress.forget(gone)
+
+    def _processor(self, partition: int) -> Processor:
+        processor = self.partitions.get(partition)
+        if processor is None:
+            stored = self._table.load(partition)
+            processor = self.partitions[partition] = self._make(partition, stored)
+            log.info("%s partition=%d loaded keys=%d", self.name, partition, len(stored))
+        return processor
+
+
+def _message(event: Any) -> Message:
+    """A Faust event's message."""
+    m = event.message
+    return Message(m.topic, m.partition, m.offset, m.key, m.value)

@@ -1,0 +1,294 @@
+"""The Faust app of the worker: topics, tables, the node and pod agents and the tick timer.
+
+Faust is untyped at this edge (`Any`); everything below the agents is plain code. Choices:
+raw bytes in and out (values are decoded once, by our msgspec codecs); `memory://` tables
+whose changelog topics restore them on a restart (Faust reads them before the agents get
+events); no standby replicas; no web server; Faust reads no environment variables of its
+own (`env={}`: the settings are read in one place, `gpuwatch.config`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from schemas.settings import KafkaSettings, Settings
+from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES, POD_USAGE
+from streams.agent_loop import AgentLoop, Make
+from streams.deadletters import Counters, Outputs, Record
+from streams.integrals import PriceBook
+from streams.node_processor import NodeConfig, NodePartition
+from streams.pod_processor import PodConfig, PodPartition
+from streams.tick_timer import OffsetProbe, TickSender, tick_topic_name
+from streams.windows import Watermark
+
+__all__ = ["WorkerOptions", "WorkerRuntime", "build", "changelog_topic_names", "credentials"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How this worker process runs (not shared with other processes, so not `Settings`)."""
+
+    tick_interval_s: float = 1.0
+    """Seconds between ticks: how soon after data stops windows close and nodes go missing."""
+    session_timeout_s: float = 30.0
+    """Kafka consumer session: a worker silent this long loses its partitions to the others."""
+    commit_interval_s: float = 2.8
+    """Seconds between offset commits (Faust's default); a crash redoes at most this much."""
+    instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """This worker's name in ticks and logs."""
+    datadir: Path | None = None
+    """Faust's data directory (nothing is stored there with memory tables); None: a new temp dir."""
+
+
+def changelog_topic_names(settings: Settings) -> tuple[str, str]:
+    """The changelog topics of the node and pod state tables (internal, compacted)."""
+    base = f"{settings.kafka.topic_prefix}{settings.kafka.app_id}"
+    return f"{base}.node-state.changelog", f"{base}.pod-state.changelog"
+
+
+def credentials(kafka: KafkaSettings) -> Any:
+    """Faust broker credentials from the Kafka settings; None for PLAINTEXT."""
+    protocol = kafka.security_protocol
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        cafile = None if kafka.ssl_cafile is None else str(kafka.ssl_cafile)
+        context = ssl.create_default_context(cafile=cafile)
+    if protocol.startswith("SASL"):
+        password = kafka.sasl_password
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=None if password is None else password.get_secret_value(),
+            mechanism=kafka.sasl_mechanism or "PLAIN",
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+class FaustTable:
+    """A Faust table used with explicit partitions: keys are `b"<partition>|<key>"`."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def load(self, partition: int) -> list[tuple[bytes, bytes]]:
+        """Every key (without its partition) and value of a partition."""
+        prefix = f"{partition}|".encode()
+        n = len(prefix)
+        return [(k[n:], v) for k, v in list(self.table.data.items()) if k.startswith(prefix)]
+
+    def keep_only(self, partitions: set[int]) -> None:
+        """Forget local keys of partitions not assigned here (their changelog restores them)."""
+        data = self.table.data
+        for key in [k for k in list(data.keys()) if int(k.split(b"|", 1)[0]) not in partitions]:
+            del data[key]
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Set or delete a key locally and in the changelog partition of `partition`."""
+        full = f"{partition}|".encode() + key
+        data = self.table.data
+        if value is None:
+            if full in data:
+                del data[full]
+            self.table.send_changelog(partition, full, None, value_serializer="raw")
+        else:
+            data[full] = value
+            self.table.send_changelog(partition, full, value)
+
+
+@dataclass
+class WorkerRuntime:
+    """The app and what a test or a metrics exporter may look at."""
+
+    app: Any
+    counters: Counters
+    node_loop: AgentLoop
+    pod_loop: AgentLoop
+    ticks: TickSender
+
+
+def _app(settings: Settings, options: WorkerOptions) -> Any:
+    kafka = settings.kafka
+    datadir = options.datadir or Path(tempfile.mkdtemp(prefix="gpuwatch-worker-"))
+    return faust.App(
+        kafka.app_id,
+        env={},
+        broker=[f"kafka://{server}" for server in kafka.servers],
+        broker_credentials=credentials(kafka),
+        broker_session_timeout=options.session_timeout_s,
+        broker_commit_interval=options.commit_interval_s,
+        store="memory://",
+        datadir=str(datadir),
+        topic_partitions=kafka.partitions,
+        topic_replication_factor=kafka.replication_factor,
+        topic_allow_declare=True,
+        topic_disable_leader=True,
+        table_standby_replicas=0,
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled=False,
+        autodiscover=False,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+    )
+
+
+class _Kafka:
+    """The app's topics and tables, created once each."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.partitions = settings.kafka.partitions
+        self.topics: dict[str, Any] = {}
+
+    def topic(self, name: str) -> Any:
+        """The Faust topic of one name, raw bytes both ways."""
+        if name not in self.topics:
+            self.topics[name] = self.app.topic(name, partitions=self.partitions, **_RAW)
+        return self.topics[name]
+
+    def send(self, record: Record) -> None:
+        """Hand a record to the producer (flushed by the agent loop and before commits)."""
+        self.topic(record.topic).send_soon(key=record.key, value=record.value)
+
+    def table(self, name: str, changelog: str) -> FaustTable:
+        """A memory table restored from its compacted changelog topic."""
+        log_topic = self.app.topic(
+            changelog,
+            partitions=self.partitions,
+            compacting=True,
+            deleting=False,
+            internal=True,
+            **_RAW,
+        )
+        table = self.app.Table(name, partitions=self.partitions, changelog_topic=log_topic, **_RAW)
+        return FaustTable(table)
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The committed offset Faust sought to or last committed (it has no public accessor)."""
+        offset: int | None = self.app.consumer._committed_offset.get(TP(topic, partition))
+        return offset
+
+    async def flush(self) -> None:
+        """Wait until everything produced so far is acknowledged."""
+        await self.app.producer.flush()
+
+
+_RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
+
+
+def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
+    """Faust's consumer, rewinding never-committed input partitions when it seeks back.
+
+    Records fetched while Faust's flow is paused (a rebalance) are dropped, and Faust seeks
+    back to the committed offsets to read them again; aiokafka skips that seek for a
+    partition without a commit (or committed at 0), so those records were lost for the
+    group. Such a partition is read again from its beginning, as a new group would.
+    """
+
+    class RewindingConsumer(base):  # type: ignore[misc]
+        __module__ = base.__module__  # mode names a service's logger after its module
+
+        async def seek_to_committed(self) -> Any:
+            committed = await super().seek_to_committed()
+            rewind = [tp for tp, offset in committed.items() if not offset and tp.topic in topics]
+            if rewind:
+                await self._thread.seek_to_beginning(*rewind)
+            return committed
+
+    return RewindingConsumer
+
+
+def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
+    prefix = settings.kafka.topic_prefix
+    node = NodeConfig(
+        prefix=prefix,
+        window_ms=settings.windows.window_s * 1000,
+        lateness_ms=settings.windows.allowed_lateness_s * 1000,
+        rules=settings.rules,
+        prices=PriceBook(settings.cost.prices),
+    )
+    return node, PodConfig(prefix, settings.kafka.partitions, settings.rules, settings.windows)
+
+
+def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRuntime:
+    """The worker's Faust app, ready for `faust.Worker` (nothing connects until it starts)."""
+    options = options or WorkerOptions()
+    app = _app(settings, options)
+    kafka = _Kafka(app, settings)
+    prefix = settings.kafka.topic_prefix
+    counters, watermark = Counters(), Watermark()
+    tick_name = tick_topic_name(settings)
+    node_config, pod_config = _configs(settings)
+    node_log, pod_log = changelog_topic_names(settings)
+    node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)
+
+    def loop(name: str, inputs: tuple[str, str], state: FaustTable, make: Make) -> AgentLoop:
+        return AgentLoop(
+            name=name,
+            inputs=inputs,
+            tick_topic=tick_name,
+            table=state,
+            make=make,
+            outputs=Outputs(prefix, counters),
+            watermark=watermark,
+            committed=kafka.committed,
+            send=kafka.send,
+            flush=kafka.flush,
+        )
+
+    node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))
+    pod_inputs = (K8S_PODS.full_name(prefix), POD_USAGE.full_name(prefix))
+    node_loop = loop(
+        "node", node_inputs, node_table, lambda p, kv: NodePartition(p, node_config, counters, kv)
+    )
+    pod_loop = loop(
+        "pod", pod_inputs, pod_table, lambda p, kv: PodPartition(p, pod_config, counters, kv)
+    )
+    probe = OffsetProbe(settings.kafka)
+    ticks = TickSender(
+        app=app,
+        settings=settings,
+        instance=options.instance,
+        node_loop=node_loop,
+        watermark=watermark,
+        probe=probe,
+        send=lambda q, value: kafka.topic(tick_name).send_soon(key=b"", value=value, partition=q),
+        inputs=(*node_inputs, *pod_inputs),
+    )
+    inputs = frozenset((*node_inputs, *pod_inputs, tick_name))
+    app.transport.Consumer = rewinding_consumer(app.transport.Consumer, inputs)
+    app.agent(app.topic(*node_inputs, tick_name, **_RAW), name="gpuwatch-node")(node_loop.run)
+    app.agent(app.topic(*pod_inputs, tick_name, **_RAW), name="gpuwatch-pod")(pod_loop.run)
+    app.timer(options.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
+
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        gone = {tp.partition for tp in revoked}
+        node_loop.forget(gone)
+        pod_loop.forget(gone)
+
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        kept = {tp.partition for tp in assigned}
+        node_table.keep_only(kept)
+        pod_table.keep_only(kept)
+
+    async def on_shutdown(sender: Any, **kwargs: Any) -> None:
+        await probe.close()
+
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
+    app.on_before_shutdown.connect(on_shutdown)
+    return WorkerRuntime(app, counters, node_loop, pod_loop, ticks)

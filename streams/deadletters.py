@@ -1,0 +1,126 @@
+"""What a batch of stream processing publishes: typed records, dead letters and the counters.
+
+Processors never touch Kafka: they append to an `Outputs` and the agent loop sends what it
+holds once the batch is done. A message nobody can process (not JSON, another schema, an
+unknown major version, values that cannot be true, or an error of our own while handling
+it) becomes a `deadletter` record with its source topic, partition, offset and the original
+bytes, is counted, and processing goes on: bad data never stops a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from schemas.codec import TopicSpec
+from schemas.deadletter import DeadLetter
+from schemas.topics import DEADLETTER
+
+__all__ = ["Counters", "Outputs", "Record", "Source"]
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 10.0  # one dead-letter warning per this many seconds: a flood must not flood logs
+
+
+@dataclass
+class Counters:
+    """What the worker has done, for its metrics (wired by the sinks' metrics module)."""
+
+    events: int = 0
+    """Input messages processed (ticks not included)."""
+    deadletter: int = 0
+    """Messages sent to the deadletter topic."""
+    late: int = 0
+    """Node samples or pod usage with a part for a window already closed (left out)."""
+    duplicates: int = 0
+    """Redelivered inputs that changed nothing (samples older than the node's newest)."""
+    samples_missing: int = 0
+    """Node samples lost between two received ones, by `seq`."""
+    unknown_devices: int = 0
+    """Allocated device ids that no GPU of the sample reports (warnings, not errors)."""
+    ticks: int = 0
+    """Ticks applied."""
+
+
+class Source(NamedTuple):
+    """Where an input message came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+
+
+class Record(NamedTuple):
+    """One message to publish: full topic name, key and value bytes."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+class Outputs:
+    """Records of one batch, in the order they were made."""
+
+    def __init__(
+        self,
+        prefix: str,
+        counters: Counters,
+        now_ms: Callable[[], int] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.prefix = prefix
+        self.counters = counters
+        self.records: list[Record] = []
+        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self._monotonic = monotonic
+        self._next_log = 0.0
+        self._unlogged = 0
+
+    def emit(self, spec: TopicSpec[Any], value: Any) -> None:
+        """Publish a typed value on its topic, keyed as the topic says."""
+        key = spec.key_of(value).encode("utf-8")
+        self.records.append(Record(spec.full_name(self.prefix), key, spec.encode(value)))
+
+    def emit_all(self, spec: TopicSpec[Any], values: list[Any]) -> None:
+        """Publish several values on one topic."""
+        for value in values:
+            self.emit(spec, value)
+
+    def dead(self, source: Source, raw: bytes | None, error: str) -> None:
+        """Send an input nobody can process to the deadletter topic, with the reason."""
+        letter = DeadLetter.from_bytes(
+            source_topic=source.topic,
+            ts=self._now_ms(),
+            error=error,
+            raw=raw if raw is not None else b"",
+            key=source.key,
+            partition=source.partition,
+            offset=source.offset,
+        )
+        self.emit(DEADLETTER, letter)
+        self.counters.deadletter += 1
+        now = self._monotonic()
+        if now < self._next_log:
+            self._unlogged += 1
+            return
+        self._next_log = now + LOG_EVERY_S
+        more = f" (and {self._unlogged} more since the last warning)" if self._unlogged else ""
+        self._unlogged = 0
+        log.warning(
+            "dead letter topic=%s partition=%d offset=%d error=%r%s",
+            source.topic,
+            source.partition,
+            source.offset,
+            error[:200],
+            more,
+        )
+
+    def take(self) -> list[Record]:
+        """The records so far, leaving none."""
+        records, self.records = self.records, []
+        return records

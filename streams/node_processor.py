@@ -1,0 +1,243 @@
+"""The node side of one partition: samples and node events in; usage, GPU windows, alerts out.
+
+No Kafka here: the agent loop hands each input's bytes to `handle`, ticks to `on_tick`,
+sends what `Outputs` collected and stores `take_writes()` in the table. Everything is done
+in input order, one message at a time, so the records depend on the partition's order
+alone (and on ticks, which only apply once the data before them is processed).
+
+Stream time is the largest event time of the partition's inputs (sample and node event
+`ts`), raised by ticks to the worker's watermark. Each time it passes a window's end plus
+the allowed lateness the windows of every node close; each time it passes a flush boundary
+pending pod usage is flushed and missing telemetry is looked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.codec import SchemaError
+from schemas.ids import NodeName
+from schemas.settings import RuleSettings
+from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
+from streams.deadletters import Counters, Outputs, Source
+from streams.gpu_alerts import (
+    IDLE_ALERT_AFTER_S,
+    TELEMETRY_MISSING_AFTER_S,
+    on_node_removed,
+    on_sample,
+    on_watermark,
+)
+from streams.integrals import PriceBook, integrate_sample
+from streams.node_doc import (
+    NodeDoc,
+    NodeRuntime,
+    PartitionMeta,
+    decode_doc,
+    decode_meta,
+    encode,
+)
+from streams.sanity import check_sample, unknown_devices
+from streams.ticks import Tick
+from streams.usage import FLUSH_MS
+
+__all__ = ["META_KEY", "NodeConfig", "NodePartition"]
+
+META_KEY = b""  # the partition's own document; node names are never empty
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What every node partition of a worker shares."""
+
+    prefix: str
+    window_ms: int
+    lateness_ms: int
+    rules: RuleSettings
+    prices: PriceBook
+    flush_ms: int = FLUSH_MS
+    idle_alert_after_s: int = IDLE_ALERT_AFTER_S
+    telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S
+
+
+class NodePartition:
+    """The nodes of one partition and its stream time."""
+
+    def __init__(
+        self,
+        partition: int,
+        config: NodeConfig,
+        counters: Counters,
+        stored: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.counters = counters
+        self.nodes: dict[NodeName, NodeRuntime] = {}
+        self.stream_time: int | None = None
+        self._samples = NVML_SAMPLES.full_name(config.prefix)
+        self._step = math.gcd(config.flush_ms, config.window_ms)
+        self._dirty: set[NodeName] = set()
+        self._meta_dirty = False
+        for key, raw in stored:
+            if key == META_KEY:
+                self.stream_time = _later(self.stream_time, decode_meta(raw).stream_time)
+                continue
+            runtime = self._runtime(decode_doc(raw))
+            self.nodes[runtime.node] = runtime
+            if runtime.labels:
+                config.prices.set_node_labels(runtime.node, runtime.labels)
+            self.stream_time = _later(self.stream_time, runtime.windows.closed_through)
+        self._close_mark = self._marks()[0]
+        self._flush_mark = self._marks()[1]
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input message; its event time, or None when it was rejected."""
+        if raw is None:
+            out.dead(source, raw, "no value (a tombstone)")
+            return None
+        if source.topic == self._samples:
+            return self._sample(source, raw, out)
+        return self._node_event(source, raw, out)
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """A tick whose data is in: raise stream time to its watermark, look for silent nodes."""
+        self.counters.ticks += 1
+        if tick.wm is not None:
+            self._advance(tick.wm, out)
+        if self.stream_time is not None:
+            self._watermark(self.stream_time, out)
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """Documents changed since the last call (None: delete), the partition's last."""
+        writes: list[tuple[bytes, bytes | None]] = []
+        for name in sorted(self._dirty):
+            runtime = self.nodes.get(name)
+            if runtime is None:
+                continue
+            if runtime.empty():
+                del self.nodes[name]
+                writes.append((name.encode(), None))
+            else:
+                writes.append((name.encode(), encode(runtime.doc())))
+        self._dirty.clear()
+        if self._meta_dirty:
+            writes.append((META_KEY, encode(PartitionMeta(stream_time=self.stream_time))))
+            self._meta_dirty = False
+        return writes
+
+    def _runtime(self, doc: NodeDoc) -> NodeRuntime:
+        c = self.config
+        return NodeRuntime(doc, c.window_ms, c.lateness_ms, c.flush_ms)
+
+    def _node(self, name: NodeName) -> NodeRuntime:
+        runtime = self.nodes.get(name)
+        if runtime is None:
+            # A window the partition has closed is closed for a node first seen now too.
+            doc = NodeDoc(node=name, closed_through=self.stream_time)
+            runtime = self.nodes[name] = self._runtime(doc)
+        return runtime
+
+    def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        c = self.config
+        try:
+            sample = NVML_SAMPLES.decode(raw)
+        except SchemaError as exc:
+            out.dead(source, raw, str(exc))
+            return None
+        errors = check_sample(sample, self.stream_time)
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
+            return None
+        self.counters.unknown_devices += len(unknown_devices(sample))
+        node = self._node(sample.node)
+        if node.seen_until is not None and sample.ts < node.seen_until:
+            self.counters.duplicates += 1  # a redelivery: the node's state has it already
+            return sample.ts
+        integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices)
+        if node.windows.add(integrals):
+            self.counters.late += 1
+        out.emit_all(POD_USAGE, node.usage.add(integrals))
+        node.alert, alerts, lost = on_sample(
+            node.alert,
+            sample,
+            c.rules,
+            idle_alert_after_s=c.idle_alert_after_s,
+            telemetry_missing_after_s=c.telemetry_missing_after_s,
+        )
+        out.emit_all(ALERTS, alerts)
+        self.counters.samples_missing += lost
+        node.seen_until = sample.ts + sample.interval_ms
+        self._dirty.add(node.node)
+        self._advance(sample.ts, out)
+        return sample.ts
+
+    def _node_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            event = K8S_NODES.decode(raw)
+        except SchemaError as exc:
+            out.dead(source, raw, str(exc))
+            return None
+        if not event.node:
+            out.dead(source, raw, "node is empty")
+            return None
+        node = self._node(event.node)
+        if event.type == "DELETED":
+            node.alert, alerts = on_node_removed(node.alert, event.ts)
+            node.deleted = True
+            out.emit_all(ALERTS, alerts)
+        else:
+            node.deleted = False
+            node.labels = dict(event.labels)
+            self.config.prices.set_node_labels(node.node, node.labels)
+        self._dirty.add(node.node)
+        self._advance(event.ts, out)
+        return event.ts
+
+    def _marks(self) -> tuple[int | None, int | None]:
+        """Which window close and which flush boundary stream time has passed."""
+        st = self.stream_time
+        if st is None:
+            return None, None
+        return (st - self.config.lateness_ms) // self.config.window_ms, st // self._step
+
+    def _advance(self, ts: int, out: Outputs) -> None:
+        if self.stream_time is not None and ts <= self.stream_time:
+            return
+        self.stream_time = st = ts
+        close_mark, flush_mark = self._marks()
+        if close_mark != self._close_mark:
+            self._close_mark = close_mark
+            self._meta_dirty = True
+            for node in self.nodes.values():
+                out.emit_all(GPU_WINDOWS, node.windows.close(st))
+                self._dirty.add(node.node)  # its closed_through moved: store it
+        if flush_mark != self._flush_mark:
+            self._flush_mark = flush_mark
+            self._meta_dirty = True
+            for node in self.nodes.values():
+                tracks = len(node.usage.store)
+                usage = node.usage.flush(st)
+                if usage or len(node.usage.store) != tracks:
+                    out.emit_all(POD_USAGE, usage)
+                    self._dirty.add(node.node)
+            self._watermark(st, out)
+
+    def _watermark(self, st: int, out: Outputs) -> None:
+        """Missing telemetry of the nodes at stream time `st`."""
+        rules, after = self.config.rules, self.config.telemetry_missing_after_s
+        for node in self.nodes.values():
+            node.alert, alerts = on_watermark(
+                node.alert, st, rules, telemetry_missing_after_s=after
+            )
+            if alerts:
+                out.emit_all(ALERTS, alerts)
+                self._dirty.add(node.node)
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The later of two optional times."""
+    if a is None:
+        return b
+    return a if b is None else max(a, b)

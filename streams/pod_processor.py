@@ -1,0 +1,165 @@
+"""The pod side of one partition: pod events and usage in; lifecycle, attribution, alerts out.
+
+`k8s.pods` and `pod.usage` are both keyed by pod uid and co-partitioned, so one partition
+holds every input of its pods: the join is a dict of `PodState` by uid, stored in a table
+(Faust's stream and table joins are not implemented). Each input runs one step of the
+pure core (`streams.pod_step`); ticks run `step_watermark` for every pod of the partition
+at the pod side's watermark, the lowest node-side stream time of all partitions, so that a
+window closes only once every node partition has flushed the usage it could hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from schemas.codec import SchemaError
+from schemas.ids import PodUid
+from schemas.settings import RuleSettings, WindowSettings
+from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
+from streams import pod_state
+from streams.deadletters import Counters, Outputs, Source
+from streams.pod_state import PodState
+from streams.pod_step import PodOutputs, step_pod_event, step_usage, step_watermark
+from streams.sanity import check_pod
+from streams.ticks import SourceWatermarks, Tick
+
+__all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
+
+# A finished pod's state is kept this long (event time) after it finished, so a late pod
+# event or usage still finds it finished instead of starting a new, unnamed pod.
+FINISHED_KEEP_MS: Final = 3_600_000
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    """What every pod partition of a worker shares."""
+
+    prefix: str
+    partitions: int
+    rules: RuleSettings
+    windows: WindowSettings
+
+
+class PodPartition:
+    """The pods of one partition, the node-side claims it has seen and its watermark."""
+
+    def __init__(
+        self,
+        partition: int,
+        config: PodConfig,
+        counters: Counters,
+        stored: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.counters = counters
+        self.pods: dict[PodUid, PodState] = {}
+        for key, raw in stored:
+            self.pods[PodUid(key.decode())] = pod_state.decode(raw)
+        self.sources = SourceWatermarks(config.partitions)
+        self.stream_time: int | None = None
+        """Largest event time of the partition's inputs (the sanity checks' reference)."""
+        self.applied: int | None = None
+        """The watermark the pods last stepped to."""
+        self._pods_topic = K8S_PODS.full_name(config.prefix)
+        self._dirty: set[PodUid] = set()
+        self._gone: set[PodUid] = set()
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input message; its event time, or None when it was rejected."""
+        if raw is None:
+            out.dead(source, raw, "no value (a tombstone)")
+            return None
+        if source.topic == self._pods_topic:
+            return self._pod_event(source, raw, out)
+        return self._usage(source, raw, out)
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """A tick whose data is in: step every pod to the new watermark, if it moved."""
+        self.counters.ticks += 1
+        wm = self.sources.update(tick.claims)
+        if wm is None or (self.applied is not None and wm <= self.applied):
+            return
+        self.applied = wm
+        c = self.config
+        for uid in sorted(self.pods):
+            before = self.pods[uid]
+            after, outputs = step_watermark(before, wm, c.rules, c.windows)
+            self._publish(outputs, out)
+            finished = after.state == "finished" and not after.windows
+            if finished and wm >= after.since + FINISHED_KEEP_MS:
+                del self.pods[uid]
+                self._gone.add(uid)
+                continue
+            self.pods[uid] = after
+            # A watermark alone moves `horizon`; storing that for every pod on every tick
+            # would rewrite the whole table each second. Stepping to it again is a no-op.
+            if msgspec.structs.replace(after, horizon=before.horizon) != before:
+                self._dirty.add(uid)
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """States changed since the last call (None: delete)."""
+        writes: list[tuple[bytes, bytes | None]] = [(uid.encode(), None) for uid in self._gone]
+        writes += [
+            (uid.encode(), pod_state.encode(self.pods[uid]))
+            for uid in sorted(self._dirty)
+            if uid in self.pods
+        ]
+        self._dirty.clear()
+        self._gone.clear()
+        return writes
+
+    def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            event = K8S_PODS.decode(raw)
+        except SchemaError as exc:
+            out.dead(source, raw, str(exc))
+            return None
+        errors = check_pod(event, self.stream_time)
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
+            return None
+        c = self.config
+        before = self.pods.get(event.uid)
+        after, outputs = step_pod_event(before, event, c.rules, c.windows)
+        self._store(before, after, outputs, out)
+        self._observe(event.ts)
+        return event.ts
+
+    def _usage(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            usage = POD_USAGE.decode(raw)
+        except SchemaError as exc:
+            out.dead(source, raw, str(exc))
+            return None
+        c = self.config
+        before = self.pods.get(usage.uid)
+        after, outputs = step_usage(before, usage, c.rules, c.windows)
+        self.counters.late += outputs.late_usage
+        self._store(before, after, outputs, out)
+        self._observe(usage.end_ts)
+        return usage.end_ts
+
+    def _store(
+        self, before: PodState | None, after: PodState, outputs: PodOutputs, out: Outputs
+    ) -> None:
+        self._publish(outputs, out)
+        if after == before:
+            self.counters.duplicates += 1
+            return
+        self.pods[after.uid] = after
+        self._dirty.add(after.uid)
+        self._gone.discard(after.uid)
+
+    def _publish(self, outputs: PodOutputs, out: Outputs) -> None:
+        out.emit_all(POD_LIFECYCLE, outputs.lifecycle)
+        out.emit_all(ATTRIBUTION, outputs.attributions)
+        out.emit_all(ALERTS, outputs.alerts)
+
+    def _observe(self, ts: int) -> None:
+        if self.stream_time is None or ts > self.stream_time:
+            self.stream_time = ts

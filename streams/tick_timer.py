@@ -1,0 +1,142 @@
+"""The tick timer: each interval, one tick to each partition, carrying watermarks and end offsets.
+
+Order matters. The timer takes the node side's stream times and the worker's watermark
+first, then flushes the producer (so the pod usage those stream times promise is in
+Kafka), then reads the inputs' end offsets, then sends: a tick is applied only once its
+partition's inputs are processed up to those offsets (`streams.ticks.Progress`).
+
+End offsets come from a consumer of our own without a group: Faust's consumer shares its
+connection with the long-polling fetch and answers only when that returns (about a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from schemas.settings import KafkaSettings, Settings
+from schemas.topics import NVML_SAMPLES
+from streams.agent_loop import AgentLoop
+from streams.ticks import Tick, encode_tick
+from streams.windows import Watermark
+
+__all__ = ["OffsetProbe", "TickSender", "aiokafka_options", "tick_topic_name"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TIMEOUT_S = 10.0  # a healthy broker answers in milliseconds; the next tick retries
+
+
+def tick_topic_name(settings: Settings) -> str:
+    """The worker's internal tick topic (one per app id, so two apps never mix ticks)."""
+    return f"{settings.kafka.topic_prefix}{settings.kafka.app_id}.ticks"
+
+
+def aiokafka_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """Connection options in aiokafka's names (it takes an SSL context, not a CA file)."""
+    options = kafka.client_options()
+    cafile = options.pop("ssl_cafile", None)
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = ssl.create_default_context(cafile=cafile)
+    return options
+
+
+class OffsetProbe:
+    """Beginning and end offsets of topic partitions, through a client of its own."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._options = aiokafka_options(kafka)
+        self._consumer: Any = None
+
+    async def offsets(
+        self, tps: list[tuple[str, int]]
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """(ends, starts) by (topic, partition)."""
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(enable_auto_commit=False, **self._options)
+            await consumer.start()
+            self._consumer = consumer
+        wanted = [TopicPartition(topic, partition) for topic, partition in tps]
+        # aiokafka waits for ever on a partition that does not exist (a topic deleted).
+        ends = await asyncio.wait_for(self._consumer.end_offsets(wanted), OFFSETS_TIMEOUT_S)
+        starts = await asyncio.wait_for(self._consumer.beginning_offsets(wanted), OFFSETS_TIMEOUT_S)
+        return (
+            {(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
+            {(tp.topic, tp.partition): int(o) for tp, o in starts.items()},
+        )
+
+    async def close(self) -> None:
+        """Release the connection."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+
+class TickSender:
+    """What `app.timer` runs: the ticks of this worker for one interval."""
+
+    def __init__(
+        self,
+        *,
+        app: Any,
+        settings: Settings,
+        instance: str,
+        node_loop: AgentLoop,
+        watermark: Watermark,
+        probe: OffsetProbe,
+        send: Callable[[int, bytes], None],
+        inputs: Iterable[str],
+    ) -> None:
+        self.app = app
+        self.partitions = settings.kafka.partitions
+        self.instance = instance
+        self.node_loop = node_loop
+        self.watermark = watermark
+        self.probe = probe
+        self.inputs = tuple(inputs)
+        self.sent = 0
+        self._send = send
+        self._samples = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
+
+    def owned(self) -> set[int]:
+        """Partitions of the data topics this worker holds now."""
+        actives = self.app.assignor.assigned_actives()
+        return {tp.partition for tp in actives if tp.topic == self._samples}
+
+    async def tick(self) -> None:
+        """Send this interval's ticks; an error is logged and the next interval tries again."""
+        try:
+            await self._tick()
+        except Exception:
+            log.exception("sending ticks failed instance=%s", self.instance)
+
+    async def _tick(self) -> None:
+        owned = self.owned()
+        claims = {
+            p: proc.stream_time
+            for p, proc in list(self.node_loop.partitions.items())
+            if p in owned and proc.stream_time is not None
+        }
+        wm = self.watermark.stream_time
+        targets = [q for q in range(self.partitions) if claims or (wm is not None and q in owned)]
+        if not targets and not owned:
+            return
+        await self.app.producer.flush()
+        tps = [(topic, q) for topic in self.inputs for q in range(self.partitions)]
+        ends, starts = await self.probe.offsets(tps)
+        # Owned partitions get a tick even before any watermark: it loads their state.
+        for q in sorted(set(targets) | owned):
+            tick = Tick(
+                sender=self.instance,
+                wm=wm if q in owned else None,
+                claims=claims,
+                ends={topic: ends[(topic, q)] for topic in self.inputs},
+                starts={topic: starts[(topic, q)] for topic in self.inputs},
+            )
+            self._send(q, encode_tick(tick))
+            self.sent += 1

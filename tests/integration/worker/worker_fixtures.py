@@ -1,0 +1,284 @@
+"""Helpers of the worker tests: a simulated cluster on a fake clock, Kafka in and out, polling."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from producers.agent import NodeAgent
+from producers.sim import SimReader, WorkloadKind
+from producers.sim_node import SimPod, SimPods, simple_node
+from schemas import K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample, TopicSpec
+from schemas.settings import Settings
+
+GPUWATCH = Path(sys.executable).with_name("gpuwatch")
+STOPPED = re.compile(r"worker stopped events=(\d+) deadletter=(\d+) late=(\d+) duplicates=(\d+)")
+PARTITIONS = 3
+S = 1000
+WINDOW_MS = 60 * S
+TICKS = 90  # 90 s of samples: the first window [t0, t0 + 60 s) closes at t0 + 70 s
+FINISH_S = 75  # the training pod ends then; its windows close at t0 + 85 s
+QUEUED_UID = "99999999-0000-4000-8000-000000000001"
+WORKER_ENV = {
+    "GPUWATCH_STALL_AFTER_S": "45",  # the idle pod stalls within the 90 s
+    "GPUWATCH_QUEUED_ALERT_AFTER_S": "30",  # the queued pod fires within them too
+}
+
+Message = tuple[str, bytes | None, bytes, int | None]
+"""(topic, key, value, partition) to produce; partition None: by key."""
+StartWorker = Callable[..., "Worker"]
+"""The `start_worker` fixture: `start(settings, instance="w1") -> Worker`."""
+NewScope = Callable[[], Settings]
+"""The `new_scope` fixture: settings with topics and an app id of their own."""
+
+
+class FakeClock:
+    """The agent's clocks, moved by hand: event time is whatever the test says."""
+
+    def __init__(self, start_s: float) -> None:
+        self.now = start_s
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@dataclass
+class Scenario:
+    """A node with a training and an idle pod, a queued pod, and every message of 90 s."""
+
+    t0: int
+    node: str
+    training: SimPod
+    idle: SimPod
+    samples: list[NvmlSample]
+    messages: list[Message] = field(default_factory=list)
+
+
+def aligned_t0() -> int:
+    """A window start ten minutes ago: recent, so no sanity check rejects it."""
+    return (int(time.time() * 1000) - 600 * S) // WINDOW_MS * WINDOW_MS
+
+
+def scenario(settings: Settings, t0: int, node: str = "gwtest-node-a") -> Scenario:
+    """Pod events at t0 - 5 s, then 90 samples 1 s apart; the training pod ends at t0 + 75 s.
+
+    The queued pod is Unschedulable from t0. Messages come in event-time order, topic by
+    topic as a live cluster would send them: pod events first, samples after.
+    """
+    clock = FakeClock(t0 / S)
+    kinds: tuple[WorkloadKind, ...] = ("training", "idle")
+    reader, pods = simple_node(node, len(kinds), seed=7, now=clock.time, mix=kinds)
+    raw: list[tuple[bytes, bytes]] = []
+    agent = NodeAgent(
+        node=node,
+        reader=reader,
+        resolver=pods,
+        allocations=pods,
+        publish=lambda key, value: raw.append((key, value)),
+        interval_s=1.0,
+        clock=clock,
+    )
+    by_kind = {pod.container: pod for pod in pods.pods.values()}
+    training, idle = by_kind["training"], by_kind["idle"]
+    created = t0 - 60 * S
+    events = [
+        pod_event(p.uid, p.name, ts=t0 - 5 * S, rv=10 + i, node=node, created_at=created)
+        for i, p in enumerate((training, idle))
+    ]
+    events.append(pod_event(QUEUED_UID, "queued-0", ts=t0, rv=20, node=None, created_at=t0))
+    samples = []
+    for second in range(TICKS):
+        if second == FINISH_S:
+            _end(reader, pods, training)
+            events.append(
+                pod_event(
+                    training.uid,
+                    training.name,
+                    ts=t0 + FINISH_S * S,
+                    rv=30,
+                    node=node,
+                    phase="Succeeded",
+                    created_at=created,
+                    type_="MODIFIED",
+                )
+            )
+        clock.now += 1.0
+        samples.append(agent.tick())
+    pods_topic = K8S_PODS.full_name(settings.kafka.topic_prefix)
+    samples_topic = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
+    messages: list[Message] = [
+        (pods_topic, e.uid.encode(), K8S_PODS.encode(e), None) for e in events
+    ]
+    messages += [(samples_topic, key, value, None) for key, value in raw]
+    return Scenario(t0, node, training, idle, samples, messages)
+
+
+def _end(reader: SimReader, pods: SimPods, pod: SimPod) -> None:
+    """The pod's process exits and the kubelet frees its GPU."""
+    for pid in [pid for pid, uid in pods.pids.items() if uid == pod.uid]:
+        reader.remove_workload(pid)
+    pods.remove(pod.uid)
+
+
+def pod_event(
+    uid: str,
+    name: str,
+    *,
+    ts: int,
+    rv: int,
+    node: str | None,
+    created_at: int,
+    phase: str | None = None,
+    type_: str = "ADDED",
+) -> K8sPod:
+    """A `k8s.pods` value: Running on `node`, Pending and unschedulable without one."""
+    phase = phase or ("Running" if node else "Pending")
+    running, done = phase == "Running", phase in ("Succeeded", "Failed")
+    container = {
+        "name": "main",
+        "state": "running" if running else "terminated" if done else "waiting",
+        "reason": "Completed" if done else None,
+        "exit_code": 0 if done else None,
+        "restarts": 0,
+    }
+    condition = {
+        "type": "PodScheduled",
+        "status": "True" if node else "False",
+        "reason": None if node else "Unschedulable",
+        "message": None if node else "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+    }
+    message = {
+        "schema": "gpuwatch.k8s.pod/v1",
+        "type": type_,
+        "ts": ts,
+        "resource_version": str(rv),
+        "uid": uid,
+        "namespace": "ml",
+        "name": name,
+        "node": node,
+        "phase": phase,
+        "created_at": created_at,
+        "scheduled_at": created_at + S if node else None,
+        "started_at": created_at + 2 * S if node else None,
+        "finished_at": ts if done else None,
+        "gpu_request": {"nvidia.com/gpu": 1},
+        "conditions": [condition],
+        "containers": [container] if node else [],
+        "labels": {"team": "vision"},
+        "owner": {"kind": "Job", "name": name},
+        "priority_class": None,
+        "queue": None,
+    }
+    return K8S_PODS.decode(json.dumps(message))
+
+
+def produce(settings: Settings, messages: list[Message]) -> None:
+    """Send messages in order, acknowledged by all replicas."""
+    producer = KafkaProducer(acks="all", **settings.kafka.client_options())
+    try:
+        for topic, key, value, partition in messages:
+            producer.send(topic, key=key, value=value, partition=partition)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+
+def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of `topic` now, in partition then offset order."""
+    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
+    try:
+        deadline = time.monotonic() + 30
+        while (ids := consumer.partitions_for_topic(topic)) is None:
+            assert time.monotonic() < deadline, f"no metadata for {topic}"
+            time.sleep(0.1)
+        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def decoded(settings: Settings, spec: TopicSpec[Any]) -> list[Any]:
+    """Every value of a topic, decoded through its codec."""
+    records = consume_all(settings, spec.full_name(settings.kafka.topic_prefix))
+    return [spec.decode(record.value) for record in records]
+
+
+def group_members(settings: Settings) -> int:
+    """Members of the worker's consumer group now (0 while it is rebalancing)."""
+    admin = KafkaAdminClient(**settings.kafka.client_options())
+    try:
+        group = admin.describe_groups([settings.kafka.app_id])[settings.kafka.app_id]
+    finally:
+        admin.close()
+    return len(group["members"]) if group["group_state"] == "Stable" else 0
+
+
+@dataclass
+class Worker:
+    """A `gpuwatch worker` subprocess writing its log to a file; `stop()` ends it."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def log(self) -> str:
+        """What the worker logged so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        """Signal the worker (SIGTERM: commit and leave; SIGKILL: a crash), wait, the log."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.log
+
+    def counters(self) -> dict[str, int]:
+        """The counters of the worker's last line, after a SIGTERM."""
+        found = STOPPED.search(self.log)
+        assert found is not None, self.log
+        names = ("events", "deadletter", "late", "duplicates")
+        return dict(zip(names, (int(g) for g in found.groups()), strict=True))
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], worker: Worker | None = None, timeout_s: float = 45.0
+) -> Any:
+    """Poll `check` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if worker is not None and worker.process.poll() is not None:
+            pytest.fail(f"the worker exited while waiting for {what}:\n{worker.stop()}")
+        if time.monotonic() > deadline:
+            detail = "" if worker is None else f"\nworker log:\n{worker.stop()}"
+            pytest.fail(f"timed out waiting for {what}{detail}")
+        time.sleep(0.2)

@@ -1,0 +1,137 @@
+"""The node side of a partition: windows by stream time, replays after a restart, bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from test_gpu_alerts_fixtures import GPU_A, GPU_B, NODE, POD_P, RULES, S, alloc, gpu, sample
+
+from schemas import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE, DeadLetter, NvmlSample
+from schemas.deadletter import TOPIC as DEADLETTER
+from schemas.ids import NodeName
+from schemas.prices import BUILTIN_PRICES
+from streams.deadletters import Counters, Outputs, Source
+from streams.integrals import PriceBook
+from streams.node_processor import NodeConfig, NodePartition
+from streams.ticks import Tick
+
+W0 = 1_764_399_960_000  # a window start (a multiple of 60 s)
+PREFIX = "t."
+SAMPLES = NVML_SAMPLES.full_name(PREFIX)
+
+
+def config() -> NodeConfig:
+    return NodeConfig(PREFIX, 60 * S, 10 * S, RULES, PriceBook(BUILTIN_PRICES))
+
+
+def samples(start_s: int, stop_s: int, util: float = 50.0) -> list[NvmlSample]:
+    """One node, GPU A held by pod P at `util` %, GPU B unallocated, 1 s apart."""
+    return [
+        sample(W0 + t * S, [gpu(GPU_A, util), gpu(GPU_B, 0.0)], [alloc(POD_P, GPU_A)], seq=t)
+        for t in range(start_s, stop_s)
+    ]
+
+
+def feed(part: NodePartition, items: list[NvmlSample], out: Outputs, offset: int = 0) -> None:
+    for i, item in enumerate(items):
+        part.handle(Source(SAMPLES, 0, offset + i, NODE.encode()), NVML_SAMPLES.encode(item), out)
+
+
+def decoded(out: Outputs, spec: Any) -> list[Any]:
+    name = spec.full_name(PREFIX)
+    return [spec.decode(r.value) for r in out.records if r.topic == name]
+
+
+def test_windows_close_at_end_plus_lateness_with_the_hand_computed_numbers() -> None:
+    part, out = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(part, samples(0, 69), out)
+    assert decoded(out, GPU_WINDOWS) == []  # stream time t0 + 68 s: not yet
+    feed(part, samples(69, 71), out)  # t0 + 70 s: [t0, t0 + 60 s) closes
+    windows = {w.uuid: w for w in decoded(out, GPU_WINDOWS)}
+    assert windows[GPU_A].util_mean_pct == pytest.approx(50.0)
+    assert windows[GPU_A].allocated_seconds == pytest.approx(60.0)
+    assert windows[GPU_B].unallocated_seconds == pytest.approx(60.0)
+    usage = [u for u in decoded(out, POD_USAGE) if u.end_ts <= W0 + 60 * S]
+    assert sum(g.used_gpu_seconds for u in usage for g in u.gpus) == pytest.approx(30.0)
+    assert {r.key for r in out.records if r.topic == GPU_WINDOWS.full_name(PREFIX)} == {
+        GPU_A.encode(),
+        GPU_B.encode(),
+    }
+
+
+def test_a_restart_from_stored_state_replays_to_the_same_records() -> None:
+    items = samples(0, 140)
+    whole, out = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(whole, items, out)
+    expected = [(r.topic, r.key, r.value) for r in out.records]
+
+    # Crash after 50 samples with the state stored up to 40: 40..49 are processed again.
+    table: dict[bytes, bytes] = {}
+    first, out1 = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(first, items[:40], out1)
+    table.update((k, v) for k, v in first.take_writes() if v is not None)
+    feed(first, items[40:50], out1, offset=40)
+    counters = Counters()
+    second, out2 = NodePartition(0, config(), counters, table.items()), Outputs(PREFIX, counters)
+    feed(second, items[30:], out2, offset=30)  # from an older commit: 30..39 are replays
+    assert counters.duplicates == 10
+    got = [(r.topic, r.key, r.value) for r in out1.records + out2.records]
+    assert sorted(set(got)) == sorted(set(expected))  # the same records, some twice
+    assert len(got) > len(expected)
+
+
+def test_bad_input_becomes_a_dead_letter_and_late_input_is_counted() -> None:
+    counters = Counters()
+    part, out = NodePartition(0, config(), counters), Outputs(PREFIX, counters)
+    feed(part, samples(0, 75), out)
+    part.handle(Source(SAMPLES, 0, 75, b"x"), b"{not json", out)
+    absurd = NVML_SAMPLES.encode(samples(75, 76)[0]).replace(b'"power_w":100.0', b'"power_w":9e9')
+    part.handle(Source(SAMPLES, 0, 76, b"x"), absurd, out)
+    part.handle(Source(SAMPLES, 0, 77, b"x"), None, out)
+    letters: list[DeadLetter] = decoded(out, DEADLETTER)
+    assert [(d.offset, d.partition, d.key) for d in letters] == [(n, 0, "x") for n in (75, 76, 77)]
+    assert "not JSON" in letters[0].error
+    assert "power_w 9000000000.0 is above 5000 W" in letters[1].error
+    assert letters[1].raw_bytes() == absurd
+    assert "tombstone" in letters[2].error
+    assert counters.deadletter == 3
+    # A node first seen now, with data for the window the partition closed at t0 + 70 s.
+    newcomer = msgspec.structs.replace(samples(5, 6)[0], node=NodeName("gpu-node-late"))
+    feed(part, [newcomer], out, offset=78)
+    assert counters.late == 1
+
+
+def node_event(kind: str) -> bytes:
+    """A `k8s.nodes` message of the test node."""
+    event = {
+        "schema": "gpuwatch.k8s.node/v1",
+        "type": kind,
+        "node": NODE,
+        "ts": W0 + 100 * S,
+        "gpu_capacity": {"nvidia.com/gpu": 2},
+        "gpu_allocatable": {"nvidia.com/gpu": 2},
+        "gpu_product": "NVIDIA-H100-80GB-HBM3",
+        "labels": {"karpenter.sh/capacity-type": "spot"},
+        "ready": True,
+        "unschedulable": False,
+    }
+    return json.dumps(event).encode()
+
+
+def test_a_tick_closes_a_silent_partitions_windows_and_a_deleted_node_goes() -> None:
+    part, out = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(part, samples(0, 30), out)
+    part.on_tick(Tick(sender="w", wm=W0 + 95 * S), out)
+    assert {w.window_start for w in decoded(out, GPU_WINDOWS)} == {W0}
+    missing = [a for a in decoded(out, ALERTS) if a.name == "NodeTelemetryMissing"]
+    assert [(a.status, a.ts - W0) for a in missing] == [("firing", 60 * S)]  # 30 s + 30 s
+    nodes = Source(K8S_NODES.full_name(PREFIX), 0, 0, NODE.encode())
+    part.handle(nodes, node_event("ADDED"), out)
+    part.handle(nodes, node_event("DELETED"), out)
+    resolved = [a for a in decoded(out, ALERTS) if a.status == "resolved"]
+    assert [a.name for a in resolved] == ["NodeTelemetryMissing"]
+    assert part.take_writes()[0] == (NODE.encode(), None)  # nothing left open: it goes
+    assert NODE not in part.nodes
