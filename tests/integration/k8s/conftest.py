@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient
 from kafka.consumer.fetcher import ConsumerRecord
+from topic_io import consume_all
 
 from gpuwatch.topics import create_topics
 from producers.k8s.apiserver import FakeApiServer
@@ -98,28 +99,6 @@ def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
             admin.delete_topics(names)
     finally:
         admin.close()
-
-
-def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
-    """Every record of `topic` now, in partition then offset order."""
-    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
-    try:
-        deadline = time.monotonic() + 30
-        while (ids := consumer.partitions_for_topic(topic)) is None:
-            assert time.monotonic() < deadline, f"no metadata for {topic}"
-            time.sleep(0.1)
-        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        end = consumer.end_offsets(partitions)
-        records: list[ConsumerRecord] = []
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-    finally:
-        consumer.close()
-    return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
+from kafka import KafkaAdminClient, KafkaProducer
+from topic_io import consume_all
 
 from producers.agent import NodeAgent
 from producers.sim import SimReader, WorkloadKind
@@ -196,28 +196,6 @@ def produce(settings: Settings, messages: list[Message]) -> None:
         producer.flush(timeout=30)
     finally:
         producer.close()
-
-
-def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
-    """Every record of `topic` now, in partition then offset order."""
-    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
-    try:
-        deadline = time.monotonic() + 30
-        while (ids := consumer.partitions_for_topic(topic)) is None:
-            assert time.monotonic() < deadline, f"no metadata for {topic}"
-            time.sleep(0.1)
-        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        end = consumer.end_offsets(partitions)
-        records: list[ConsumerRecord] = []
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
-            for batch in consumer.poll(timeout_ms=200).values():
-                records.extend(batch)
-    finally:
-        consumer.close()
-    return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
 def decoded(settings: Settings, spec: TopicSpec[Any]) -> list[Any]:

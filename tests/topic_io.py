@@ -1,0 +1,34 @@
+"""Reading whole topics back in tests: every record there is now, in a stable order."""
+
+from __future__ import annotations
+
+import time
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from schemas.settings import Settings
+
+READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in seconds
+
+
+def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of `topic` now, in partition then offset order."""
+    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
+    try:
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while (ids := consumer.partitions_for_topic(topic)) is None:
+            assert time.monotonic() < deadline, f"no metadata for {topic}"
+            time.sleep(0.1)
+        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"read {len(records)} records, end was {end}"
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
