@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # Ticks matter for seconds; an hour covers a worker restart that replays the last commit.
 TICK_RETENTION_MS = 3_600_000
+STOP_TIMEOUT_S = 25.0  # a clean stop takes seconds; Kubernetes kills after 30 s
+EXIT_STUCK = 3  # exit status when the stop had to be forced
 
 
 class WorkerStartError(Exception):
@@ -105,6 +110,8 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
         runtime.app, loglevel=loglevel, quiet=True, redirect_stdouts=False, override_logging=False
     )
     worker.spinner = None  # it draws on stdout even when quiet
+    worker._on_sigterm = _bounded(worker._on_sigterm)
+    worker._on_sigint = _bounded(worker._on_sigint)
     log.info(
         "worker starting app_id=%s prefix=%s partitions=%d",
         settings.kafka.app_id,
@@ -120,6 +127,30 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
         code = code or 1
     log.info("worker stopped %s", summary(runtime))
     return code
+
+
+def _bounded(stop: Callable[[], None]) -> Callable[[], None]:
+    """A signal handler that stops the worker, and ends the process if stopping hangs.
+
+    aiokafka can hang for ever in a consumer group's heartbeat loop when a rebalance starts
+    while the worker stops (every replica of a rollout stops at once). Ending the process
+    then is as safe as a crash: outputs are acknowledged before the state that made them is
+    stored, and inputs after the last commit are processed again.
+    """
+
+    def on_signal() -> None:
+        timer = threading.Timer(STOP_TIMEOUT_S, _force_exit)
+        timer.daemon = True
+        timer.start()
+        stop()
+
+    return on_signal
+
+
+def _force_exit() -> None:
+    log.error("worker did not stop within %.0f s; exiting", STOP_TIMEOUT_S)
+    logging.shutdown()
+    os._exit(EXIT_STUCK)
 
 
 def summary(runtime: WorkerRuntime) -> str:

@@ -15,26 +15,42 @@ so the events of a partition reach it in order. Per batch:
 
 A crash loses at most the work after the last commit: the inputs come again, replays that
 the state already holds are skipped, and the rest gives records equal to the lost ones.
+
+With the state, each partition stores the next offset of each input it has processed
+(`POSITIONS`), so that after a restart or a rebalance the loop knows where its state ends
+even where Faust committed past records it never delivered (`streams.rewinds`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
 from streams.deadletters import Counters, Outputs, Record, Source
+from streams.rewinds import Rewinds, Seek, StartOf
 from streams.ticks import Committed, Progress, Tick, decode_tick
 from streams.windows import Watermark
 
-__all__ = ["BATCH_MAX", "BATCH_WITHIN_S", "AgentLoop", "Message", "Processor", "StateTable"]
+__all__ = [
+    "BATCH_MAX",
+    "BATCH_WITHIN_S",
+    "POSITIONS",
+    "AgentLoop",
+    "Message",
+    "Processor",
+    "StateTable",
+]
 
 log = logging.getLogger(__name__)
 
 BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input at most
 BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
+POSITIONS = b"@positions"  # no processor key starts with "@" (node names, pod uids, b"")
 
 
 class Message(NamedTuple):
@@ -99,6 +115,9 @@ class AgentLoop:
         committed: Committed,
         send: Callable[[Record], None],
         flush: Callable[[], Awaitable[None]],
+        seek: Seek | None = None,
+        start_of: StartOf = lambda topic, partition: None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.tick_topic = tick_topic
@@ -110,6 +129,7 @@ class AgentLoop:
         self._make = make
         self._send = send
         self._flush = flush
+        self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
 
     @property
     def counters(self) -> Counters:
@@ -124,6 +144,7 @@ class AgentLoop:
     async def process(self, messages: list[Message]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
         out = self.outputs
+        touched: set[int] = set()
         for m in messages:
             processor = self._processor(m.partition)
             source = Source(m.topic, m.partition, m.offset, m.key)
@@ -140,8 +161,9 @@ class AgentLoop:
                     if stream_time is not None:
                         self.watermark.observe(stream_time)
                 continue
+            if self.rewinds.gap(m.topic, m.partition, m.offset):
+                continue
             self.counters.events += 1
-            log.info("EV %s %s %d %d", self.name, m.topic.split(".")[-1], m.partition, m.offset)
             try:
                 ts = processor.handle(source, m.value, out)
             except Exception as exc:  # a bug of ours must not stop the partition for good
@@ -151,10 +173,12 @@ class AgentLoop:
             if ts is not None:
                 self.watermark.observe(ts)
             self.progress.processed(m.topic, m.partition, m.offset)
+            touched.add(m.partition)
         for partition in self.progress.has_pending():
             processor = self._processor(partition)
             for tick in self.progress.ready(partition):
                 processor.on_tick(tick, out)
+            self.rewinds.watch(partition, self.progress.head(partition))
         records = out.take()
         for record in records:
             self._send(record)
@@ -163,6 +187,10 @@ class AgentLoop:
         for partition, processor in self.partitions.items():
             for key, value in processor.take_writes():
                 self._table.write(partition, key, value)
+        for partition in touched:
+            positions = json.dumps(self.progress.positions(partition)).encode()
+            self._table.write(partition, POSITIONS, positions)
+        await self.rewinds.seek()
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop the processors of revoked partitions; they reload from the table if they return."""
@@ -170,11 +198,16 @@ class AgentLoop:
         for partition in gone:
             self.partitions.pop(partition, None)
         self.progress.forget(gone)
+        self.rewinds.forget(gone)
 
     def _processor(self, partition: int) -> Processor:
         processor = self.partitions.get(partition)
         if processor is None:
             stored = self._table.load(partition)
+            for key, value in stored:
+                if key == POSITIONS:
+                    self.progress.restore(partition, json.loads(value))
+            stored = [(key, value) for key, value in stored if key != POSITIONS]
             processor = self.partitions[partition] = self._make(partition, stored)
             log.info("%s partition=%d loaded keys=%d", self.name, partition, len(stored))
         return processor

@@ -186,6 +186,10 @@ class _Kafka:
         """Wait until everything produced so far is acknowledged."""
         await self.app.producer.flush()
 
+    async def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read a partition again from `offset`."""
+        await self.app.consumer.seek(TP(topic, partition), offset)
+
 
 _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
 
@@ -234,6 +238,7 @@ def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRun
     tick_name = tick_topic_name(settings)
     node_config, pod_config = _configs(settings)
     node_log, pod_log = changelog_topic_names(settings)
+    probe = OffsetProbe(settings.kafka)
     node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)
 
     def loop(name: str, inputs: tuple[str, str], state: FaustTable, make: Make) -> AgentLoop:
@@ -248,6 +253,8 @@ def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRun
             committed=kafka.committed,
             send=kafka.send,
             flush=kafka.flush,
+            seek=kafka.seek,
+            start_of=lambda topic, partition: probe.starts.get((topic, partition)),
         )
 
     node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))
@@ -258,7 +265,6 @@ def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRun
     pod_loop = loop(
         "pod", pod_inputs, pod_table, lambda p, kv: PodPartition(p, pod_config, counters, kv)
     )
-    probe = OffsetProbe(settings.kafka)
     ticks = TickSender(
         app=app,
         settings=settings,

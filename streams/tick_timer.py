@@ -52,6 +52,8 @@ class OffsetProbe:
     def __init__(self, kafka: KafkaSettings) -> None:
         self._options = aiokafka_options(kafka)
         self._consumer: Any = None
+        self.starts: dict[tuple[str, int], int] = {}
+        """The log start offsets of the last call."""
 
     async def offsets(
         self, tps: list[tuple[str, int]]
@@ -65,10 +67,8 @@ class OffsetProbe:
         # aiokafka waits for ever on a partition that does not exist (a topic deleted).
         ends = await asyncio.wait_for(self._consumer.end_offsets(wanted), OFFSETS_TIMEOUT_S)
         starts = await asyncio.wait_for(self._consumer.beginning_offsets(wanted), OFFSETS_TIMEOUT_S)
-        return (
-            {(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
-            {(tp.topic, tp.partition): int(o) for tp, o in starts.items()},
-        )
+        self.starts = {(tp.topic, tp.partition): int(o) for tp, o in starts.items()}
+        return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}, self.starts
 
     async def close(self) -> None:
         """Release the connection."""

@@ -87,10 +87,41 @@ class Progress:
         if offset > self._done.get(key, -1):
             self._done[key] = offset
 
+    def expected(self, topic: str, partition: int, start: int | None) -> int | None:
+        """The offset the next event of an input should have; None when unknown.
+
+        After the last processed one; before any, the committed offset, or the log start
+        (`start`) for an input never committed (Faust's commit 0 means the same).
+        """
+        done = self._done.get((topic, partition))
+        if done is not None:
+            return done + 1
+        committed = self._committed(topic, partition)
+        return committed if committed else start
+
     def park(self, partition: int, tick: Tick) -> None:
         """Keep a tick until the partition's inputs reach its end offsets."""
         queue = self._pending.setdefault(partition, deque(maxlen=MAX_PENDING))
         queue.append(tick)
+
+    def head(self, partition: int) -> Tick | None:
+        """The oldest tick a partition waits with, if any."""
+        queue = self._pending.get(partition)
+        return queue[0] if queue else None
+
+    def positions(self, partition: int) -> dict[str, int]:
+        """The next offset of each input of a partition, by topic (those processed so far)."""
+        return {
+            topic: self._done[(topic, partition)] + 1
+            for topic in self.inputs
+            if (topic, partition) in self._done
+        }
+
+    def restore(self, partition: int, positions: dict[str, int]) -> None:
+        """Take the positions stored with a partition's state as processed."""
+        for topic, offset in positions.items():
+            if offset > 0:
+                self.processed(topic, partition, offset - 1)
 
     def has_pending(self) -> list[int]:
         """Partitions with ticks waiting."""

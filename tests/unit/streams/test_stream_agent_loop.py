@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
-from streams.agent_loop import AgentLoop, Message
+from streams.agent_loop import POSITIONS, AgentLoop, Message
 from streams.deadletters import Counters, Outputs, Record, Source
+from streams.rewinds import MAX_REWINDS, REWIND_AGAIN_S, STALL_S
 from streams.ticks import Tick, encode_tick
 from streams.windows import Watermark
 
@@ -20,11 +23,13 @@ class Stub:
         self.stored = stored
         self.stream_time: int | None = None
         self.ticks: list[int | None] = []
+        self.handled: list[bytes | None] = []
         self._writes: list[tuple[bytes, bytes | None]] = []
 
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         if raw == b"boom":
             raise RuntimeError("boom")
+        self.handled.append(raw)
         out.records.append(Record("t.out", b"k", raw or b""))
         self._writes.append((str(source.offset).encode(), raw))
         return 1000 + source.offset
@@ -51,7 +56,12 @@ class Table:
             self.data[(partition, key)] = value
 
 
-def loop(log: list[str], counters: Counters) -> tuple[AgentLoop, Table, dict[int, Stub]]:
+def loop(
+    log: list[str],
+    counters: Counters,
+    seek: Any = None,
+    now: Callable[[], float] = lambda: 0.0,
+) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     table, made = Table(log), {}
 
     def make(partition: int, stored: list[tuple[bytes, bytes]]) -> Stub:
@@ -72,6 +82,9 @@ def loop(log: list[str], counters: Counters) -> tuple[AgentLoop, Table, dict[int
         committed=lambda topic, partition: None,
         send=lambda record: log.append(f"send {record.topic}"),
         flush=flush,
+        seek=seek,
+        start_of=lambda topic, partition: 0,
+        monotonic=now,
     )
     return agent, table, made
 
@@ -80,7 +93,15 @@ def test_outputs_are_acknowledged_before_the_state_that_made_them_is_written() -
     log: list[str] = []
     agent, _, made = loop(log, Counters())
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a"), Message(IN, 1, 0, None, b"b")]))
-    assert log == ["send t.out", "send t.out", "flush", "write 0/0", "write 1/0"]
+    assert log == [
+        "send t.out",
+        "send t.out",
+        "flush",
+        "write 0/0",
+        "write 1/0",
+        "write 0/@positions",
+        "write 1/@positions",
+    ]
     assert sorted(made) == [0, 1]
     assert agent.watermark.stream_time == 1000
 
@@ -91,9 +112,9 @@ def test_an_error_of_ours_becomes_a_dead_letter_and_the_batch_goes_on() -> None:
     agent, table, _ = loop(log, counters)
     batch = [Message(IN, 0, 0, b"k", b"boom"), Message(IN, 0, 1, None, b"ok")]
     asyncio.run(agent.process(batch))
-    assert log == ["send t.deadletter", "send t.out", "flush", "write 0/1"]
+    assert log == ["send t.deadletter", "send t.out", "flush", "write 0/1", "write 0/@positions"]
     assert (counters.events, counters.deadletter) == (2, 1)
-    assert table.data == {(0, b"1"): b"ok"}
+    assert table.data == {(0, b"1"): b"ok", (0, b"@positions"): b'{"t.in": 2}'}
 
 
 def test_a_tick_runs_once_the_data_sent_before_it_is_processed() -> None:
@@ -117,4 +138,56 @@ def test_a_bad_tick_is_a_dead_letter_and_a_revoked_partition_reloads_from_the_ta
     assert counters.deadletter == 1
     agent.forget([0])
     asyncio.run(agent.process([Message(IN, 0, 1, None, b"b")]))
-    assert made[0].stored == [(b"0", b"a")]
+    assert made[0].stored == [(b"0", b"a")]  # the stored positions are the loop's own
+
+
+def test_events_after_a_gap_wait_while_the_partition_is_read_again() -> None:
+    log: list[str] = []
+    sought: list[tuple[str, int, int]] = []
+    clock = [0.0]
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        sought.append((topic, partition, offset))
+
+    agent, _, made = loop(log, Counters(), seek=seek, now=lambda: clock[0])
+    asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
+    # Offset 1 was dropped by Faust: 2 waits, the partition is read again from 1.
+    asyncio.run(agent.process([Message(IN, 0, 2, None, b"c")]))
+    assert sought == [(IN, 0, 1)]
+    asyncio.run(agent.process([Message(IN, 0, 2, None, b"c")]))  # fetched before the seek
+    assert sought == [(IN, 0, 1)]  # not again so soon
+    asyncio.run(agent.process([Message(IN, 0, 1, None, b"b"), Message(IN, 0, 2, None, b"c")]))
+    assert made[0].handled == [b"a", b"b", b"c"]
+
+
+def test_a_gap_is_taken_as_real_after_the_seeks_find_nothing() -> None:
+    sought: list[int] = []
+    clock = [0.0]
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        sought.append(offset)
+
+    agent, _, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
+    asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
+    for _ in range(MAX_REWINDS + 1):
+        asyncio.run(agent.process([Message(IN, 0, 5, None, b"f")]))
+        clock[0] += REWIND_AGAIN_S
+    assert sought == [1] * MAX_REWINDS
+    assert made[0].handled == [b"a", b"f"]
+
+
+def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position() -> None:
+    sought: list[int] = []
+    clock = [0.0]
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        sought.append(offset)
+
+    agent, table, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
+    table.data[(0, POSITIONS)] = b'{"t.in": 4}'  # a restart: the state ends at offset 3
+    tick = Tick(sender="w", wm=1, ends={IN: 9})  # Faust committed 9 without delivering 4..8
+    asyncio.run(agent.process([Message(TICKS, 0, 0, None, encode_tick(tick))]))
+    clock[0] += STALL_S
+    asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))
+    assert sought == [4]
+    assert made[0].ticks == []

@@ -1,0 +1,52 @@
+"""The worker's wiring without Kafka: broker credentials, names, the bounded stop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pydantic import SecretStr
+
+from gpuwatch import worker
+from schemas.settings import KafkaSettings, Settings
+from streams.app import changelog_topic_names, credentials
+from streams.tick_timer import aiokafka_options, tick_topic_name
+
+
+def test_plaintext_needs_no_credentials_and_sasl_passes_the_secret() -> None:
+    assert credentials(KafkaSettings()) is None
+    sasl = KafkaSettings(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="gpuwatch",
+        sasl_password=SecretStr("s3cret"),
+    )
+    found = credentials(sasl)
+    assert (found.username, found.password, found.mechanism.value) == (
+        "gpuwatch",
+        "s3cret",
+        "SCRAM-SHA-512",
+    )
+    assert found.ssl_context is not None  # SASL over TLS
+    assert "ssl_context" in aiokafka_options(sasl)
+    assert "ssl_cafile" not in aiokafka_options(sasl)
+
+
+def test_internal_topics_carry_the_prefix_and_the_app_id() -> None:
+    kafka = KafkaSettings(topic_prefix="replay-1.", app_id="gw-replay")
+    settings = Settings(kafka=kafka)
+    assert tick_topic_name(settings) == "replay-1.gw-replay.ticks"
+    assert changelog_topic_names(settings) == (
+        "replay-1.gw-replay.node-state.changelog",
+        "replay-1.gw-replay.pod-state.changelog",
+    )
+
+
+def test_a_stop_that_hangs_ends_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    forced = threading.Event()
+    stopped: list[bool] = []
+    monkeypatch.setattr(worker, "STOP_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(worker, "_force_exit", forced.set)
+    worker._bounded(lambda: stopped.append(True))()
+    assert stopped == [True]
+    assert forced.wait(5)
