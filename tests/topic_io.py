@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from gpuwatch.topics import create_topics, delete_topics
 from schemas.settings import Settings
 
 READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in seconds
@@ -32,3 +34,13 @@ def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
     finally:
         consumer.close()
     return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def scoped_topics(settings: Settings, prefix: str, partitions: int = 3) -> Iterator[Settings]:
+    """Settings with `prefix` and `partitions`, every topic created; deleted afterwards."""
+    kafka = settings.kafka.model_copy(update={"topic_prefix": prefix, "partitions": partitions})
+    scoped = settings.model_copy(update={"kafka": kafka})
+    rows = create_topics(scoped)
+    assert all(row.ok for row in rows), rows
+    yield scoped
+    delete_topics(scoped)

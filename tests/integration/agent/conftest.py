@@ -11,11 +11,9 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from kafka import KafkaAdminClient
 from kafka.consumer.fetcher import ConsumerRecord
-from topic_io import consume_all
+from topic_io import consume_all, scoped_topics
 
-from gpuwatch.topics import create_topics
 from schemas import NVML_SAMPLES
 from schemas.export import JSON_DIR
 from schemas.settings import Settings
@@ -44,22 +42,6 @@ def free_port() -> int:
 def port() -> Callable[[], int]:
     """A port nobody listens on now."""
     return free_port
-
-
-def scoped_topics(settings: Settings, prefix: str) -> Iterator[Settings]:
-    """Settings with `prefix` and 3 partitions, the topics created; deleted afterwards."""
-    kafka = settings.kafka.model_copy(update={"topic_prefix": prefix, "partitions": 3})
-    scoped = settings.model_copy(update={"kafka": kafka})
-    rows = create_topics(scoped)
-    assert all(row.ok for row in rows), rows
-    yield scoped
-    admin = KafkaAdminClient(**settings.kafka.client_options())
-    try:
-        names = [name for name in admin.list_topics() if name.startswith(prefix)]
-        if names:
-            admin.delete_topics(names)
-    finally:
-        admin.close()
 
 
 @pytest.fixture

@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from kafka import KafkaAdminClient
 from kafka.consumer.fetcher import ConsumerRecord
-from topic_io import consume_all
+from topic_io import consume_all, scoped_topics
 
-from gpuwatch.topics import create_topics
 from producers.k8s.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS
 from schemas.export import JSON_DIR
@@ -87,18 +85,7 @@ def kubeconfig(apiserver: FakeApiServer, tmp_path: Path) -> Path:
 @pytest.fixture
 def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
     """The stack's settings with topics of this test alone (3 partitions), deleted after."""
-    kafka = stack.kafka.model_copy(update={"topic_prefix": topic_prefix, "partitions": 3})
-    settings = stack.model_copy(update={"kafka": kafka})
-    rows = create_topics(settings)
-    assert all(row.ok for row in rows), rows
-    yield settings
-    admin = KafkaAdminClient(**stack.kafka.client_options())
-    try:
-        names = [name for name in admin.list_topics() if name.startswith(topic_prefix)]
-        if names:
-            admin.delete_topics(names)
-    finally:
-        admin.close()
+    yield from scoped_topics(stack, topic_prefix)
 
 
 @pytest.fixture
