@@ -9,7 +9,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -19,6 +19,9 @@ from gpuwatch.topics import ADMIN_TIMEOUT_MS, TopicAdminError, describe_topics
 from schemas.settings import Settings
 from streams.app import WorkerOptions, WorkerRuntime, build
 from streams.tick_timer import tick_topic_name
+
+if TYPE_CHECKING:
+    from gpuwatch.worker_sinks import RedisWriter
 
 __all__ = ["TICK_RETENTION_MS", "WorkerStartError", "ensure_tick_topic", "run"]
 
@@ -103,7 +106,36 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
     import faust  # importing faust takes a second: only when the worker runs
 
-    runtime = build(settings, options)
+    from gpuwatch.worker_sinks import RedisWriter, WorkerSinks
+    from sinks.metrics import MetricsServeError, serve
+    from streams.deadletters import Counters
+
+    counters = Counters()
+    if not settings.worker.sinks:
+        return _execute(faust, build(settings, options, None, counters), settings, loglevel)
+    sinks = WorkerSinks(settings, counters)
+    try:
+        server, _ = serve(settings.metrics.port, settings.metrics.bind, sinks.registry)
+    except MetricsServeError as exc:
+        raise WorkerStartError(str(exc)) from exc
+    writer = RedisWriter(settings, sinks.live)
+    writer.start()
+    try:
+        runtime = build(settings, options, sinks.hooks(), counters)
+        return _execute(faust, runtime, settings, loglevel, writer)
+    finally:
+        writer.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def _execute(
+    faust: Any,
+    runtime: WorkerRuntime,
+    settings: Settings,
+    loglevel: str,
+    writer: RedisWriter | None = None,
+) -> int:
     # Logging stays as the CLI set it up (one format for every verb): mode would replace
     # the root handlers with its own, filtered at the Faust log level.
     worker: Any = faust.Worker(
@@ -113,10 +145,12 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
     worker._on_sigterm = _bounded(worker._on_sigterm)
     worker._on_sigint = _bounded(worker._on_sigint)
     log.info(
-        "worker starting app_id=%s prefix=%s partitions=%d",
+        "worker starting app_id=%s prefix=%s partitions=%d redis=%s metrics=%s",
         settings.kafka.app_id,
         settings.kafka.topic_prefix,
         settings.kafka.partitions,
+        "off" if writer is None else writer.redis.target,
+        "off" if writer is None else f"{settings.metrics.bind}:{settings.metrics.port}",
     )
     code = 0
     try:
@@ -125,7 +159,7 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
         code = exc.code if isinstance(exc.code, int) else 1
     if runtime.app.crash_reason is not None:
         code = code or 1
-    log.info("worker stopped %s", summary(runtime))
+    log.info("worker stopped %s", summary(runtime, writer))
     return code
 
 
@@ -153,10 +187,13 @@ def _force_exit() -> None:
     os._exit(EXIT_STUCK)
 
 
-def summary(runtime: WorkerRuntime) -> str:
+def summary(runtime: WorkerRuntime, writer: RedisWriter | None = None) -> str:
     """The counters as key=value fields."""
     c = runtime.counters
-    return (
+    text = (
         f"events={c.events} deadletter={c.deadletter} late={c.late} "
         f"duplicates={c.duplicates} ticks={c.ticks} ticks_sent={runtime.ticks.sent}"
     )
+    if writer is not None:
+        text += f" redis_written={writer.written} redis_rejected={writer.rejected}"
+    return text

@@ -128,6 +128,27 @@ class RuleSettings(BaseModel):
     data-loader pauses and checkpoints."""
     queued_alert_after_s: int = Field(default=600, ge=1)
     """A pod queued this long raises PodQueuedTooLong."""
+    idle_alert_after_s: int = Field(default=60, ge=1)
+    """An allocated GPU idle this long raises GpuIdleAllocated: seconds, not the many
+    minutes of a dashboard rule over scraped averages."""
+    telemetry_missing_after_s: int = Field(default=30, ge=1)
+    """A node with no sample for this long (stream time) raises NodeTelemetryMissing;
+    30 ticks at 1 Hz, so a lost sample or two is not a dead node."""
+
+
+class WorkerSettings(BaseModel):
+    """How each worker process runs."""
+
+    model_config = _MODEL
+
+    tick_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between stream-time ticks: how soon after data stops windows close, stalls
+    and queued alerts fire, and silent nodes are noticed."""
+    session_timeout_s: float = Field(default=30.0, ge=6, le=300)
+    """Kafka consumer session: a worker silent this long loses its partitions to the
+    others (6 s is the broker's lowest allowed by default)."""
+    sinks: bool = True
+    """Write Redis and export /metrics; off, the worker only publishes the derived topics."""
 
 
 class CostSettings(BaseModel):
@@ -271,6 +292,7 @@ class Settings(BaseModel):
     windows: WindowSettings = WindowSettings()
     rules: RuleSettings = RuleSettings()
     cost: CostSettings = CostSettings()
+    worker: WorkerSettings = WorkerSettings()
     stack: StackSettings = StackSettings()
     agent: AgentSettings = AgentSettings()
     watcher: WatcherSettings = WatcherSettings()
@@ -289,6 +311,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_STALL_AFTER_S": ("rules", "stall_after_s"),
     "GPUWATCH_QUEUED_ALERT_AFTER_S": ("rules", "queued_alert_after_s"),
     "GPUWATCH_PRICES": ("cost", "prices_file"),
+    "GPUWATCH_IDLE_ALERT_AFTER_S": ("rules", "idle_alert_after_s"),
+    "GPUWATCH_TELEMETRY_MISSING_AFTER_S": ("rules", "telemetry_missing_after_s"),
+    "GPUWATCH_WORKER_TICK_INTERVAL_S": ("worker", "tick_interval_s"),
+    "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
+    "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
     "GPUWATCH_KAFKA_PARTITIONS": ("kafka", "partitions"),
     "GPUWATCH_KAFKA_REPLICATION_FACTOR": ("kafka", "replication_factor"),
     "GPUWATCH_KAFKA_SECURITY_PROTOCOL": ("kafka", "security_protocol"),

@@ -47,13 +47,18 @@ from .metrics_collector import (
     serve,
 )
 
-__all__ = ["Marks", "MetricsServeError", "WorkerMetrics", "serve"]
+__all__ = ["Marks", "MetricsServeError", "PipelineCounts", "WorkerMetrics", "serve"]
 
 GPU_STALE_S = 30.0  # GPU gauges hide 30 s after the last sample: the node's telemetry is missing
 STALE_POD_S = 86_400.0  # a pod with no record for a day is forgotten (its finish was lost)
 SWEEP_EVERY_S = 10.0  # full scans for quiet pods and GPUs at most this often, not every scrape
 _NOBODY: AbstractSet[str] = frozenset()
 _COUNTERS = ("cost_usd", "waste_usd", "events", "deadletter", "alerts")
+
+
+PipelineCounts = dict[str, dict[tuple[str, ...], float]]
+"""Counters kept by the stream processors, by family name (`gpuwatch_events`...) and labels;
+added to this object's own at scrape time."""
 
 
 class Marks:
@@ -93,8 +98,10 @@ class WorkerMetrics:
         gpu_stale_s: float = GPU_STALE_S,
         team_label: str = "team",
         clock: Callable[[], float] = time.monotonic,
+        pipeline: Callable[[], PipelineCounts] | None = None,
     ) -> None:
         self.registry = REGISTRY if registry is None else registry
+        self._pipeline = pipeline
         self._max_pods, self._max_gpus = max_pod_series, max_gpu_series
         self._max_sets = max_label_sets
         self._grace_s, self._gpu_stale_s, self._team = finished_grace_s, gpu_stale_s, team_label
@@ -221,14 +228,20 @@ class WorkerMetrics:
         with self._lock:
             self._lag_s = max(0.0, seconds)
 
-    def forget(self, *, pods: Iterable[str] = (), gpus: Iterable[str] = ()) -> None:
-        """Drop the series of pods (uids) and GPUs (uuids) of partitions revoked from us."""
+    def forget(
+        self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[str] = ()
+    ) -> None:
+        """Drop the series of pods (uids), GPUs (uuids) and nodes' GPUs of revoked partitions."""
+        gone_nodes = set(nodes)
         with self._lock:
             for uid in pods:
                 self._pods.pop(uid, None)
                 self._finished.pop(uid, None)
             for uuid in gpus:
                 self._gpus.pop(uuid, None)
+            if gone_nodes:
+                for uuid in [u for u, g in self._gpus.items() if g.node_raw in gone_nodes]:
+                    del self._gpus[uuid]
 
     def expire(self, now: float | None = None) -> None:
         """Remove finished pods past their grace, and pods and GPUs gone quiet."""
@@ -241,6 +254,10 @@ class WorkerMetrics:
             now = self._clock()
             self._expire(now)
             counters = {f"gpuwatch_{n}": dict(v) for n, v in self._counters.items()}
+            for name, values in (self._pipeline() if self._pipeline else {}).items():
+                family = counters.setdefault(name, {})
+                for key, value in values.items():
+                    family[key] = family.get(key, 0.0) + value
             sets = sum(len(values) for values in self._counters.values())
             counters["gpuwatch_metrics_series_dropped"] = {
                 (k,): n for k, n in self._dropped.items()

@@ -7,7 +7,8 @@ scripts and sends the batch again, which is harmless because every call is idemp
 Connection errors are retried with capped exponential backoff inside a time budget, then
 surface as `SinkUnavailable` so the worker keeps the batch and retries later.
 
-redis-py is synchronous: a Faust agent calls `await asyncio.to_thread(sink.apply, batch)`.
+redis-py is synchronous: the worker calls it from its Redis writer thread
+(gpuwatch/worker_sinks.py).
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class AgentLoop:
                 try:
                     tick = decode_tick(m.value or b"")
                 except msgspec.DecodeError as exc:
-                    out.dead(source, m.value, f"not a worker tick: {exc}")
+                    out.dead(source, m.value, f"not a worker tick: {exc}", "tick")
                     continue
                 self.progress.park(m.partition, tick)
                 # Other workers' progress is event time seen too: without it, a partition
@@ -163,12 +163,14 @@ class AgentLoop:
                 continue
             if self.rewinds.gap(m.topic, m.partition, m.offset):
                 continue
-            self.counters.events += 1
+            counters = self.counters
+            counters.events += 1
+            counters.by_topic[m.topic] = counters.by_topic.get(m.topic, 0) + 1
             try:
                 ts = processor.handle(source, m.value, out)
             except Exception as exc:  # a bug of ours must not stop the partition for good
                 log.exception("processing failed topic=%s offset=%d", m.topic, m.offset)
-                out.dead(source, m.value, f"internal error: {exc!r}")
+                out.dead(source, m.value, f"internal error: {exc!r}", "internal")
                 ts = None
             if ts is not None:
                 self.watermark.observe(ts)

@@ -14,15 +14,27 @@ import os
 import socket
 import ssl
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import faust
 from faust.types import TP
 
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_usage import PodUsage
 from schemas.settings import KafkaSettings, Settings
-from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES, POD_USAGE
+from schemas.topics import (
+    ALERTS,
+    ATTRIBUTION,
+    GPU_WINDOWS,
+    K8S_NODES,
+    K8S_PODS,
+    NVML_SAMPLES,
+    POD_LIFECYCLE,
+    POD_USAGE,
+)
 from streams.agent_loop import AgentLoop, Make
 from streams.deadletters import Counters, Outputs, Record
 from streams.integrals import PriceBook
@@ -31,25 +43,47 @@ from streams.pod_processor import PodConfig, PodPartition
 from streams.tick_timer import OffsetProbe, TickSender, tick_topic_name
 from streams.windows import Watermark
 
-__all__ = ["WorkerOptions", "WorkerRuntime", "build", "changelog_topic_names", "credentials"]
+__all__ = [
+    "SINK_TOPICS",
+    "LiveHooks",
+    "WorkerOptions",
+    "WorkerRuntime",
+    "build",
+    "changelog_topic_names",
+    "credentials",
+]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """How this worker process runs (not shared with other processes, so not `Settings`)."""
+    """What only this process has (its name, its data directory); the rest is `Settings`."""
 
-    tick_interval_s: float = 1.0
-    """Seconds between ticks: how soon after data stops windows close and nodes go missing."""
-    session_timeout_s: float = 30.0
-    """Kafka consumer session: a worker silent this long loses its partitions to the others."""
     commit_interval_s: float = 2.8
     """Seconds between offset commits (Faust's default); a crash redoes at most this much."""
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     """This worker's name in ticks and logs."""
     datadir: Path | None = None
     """Faust's data directory (nothing is stored there with memory tables); None: a new temp dir."""
+
+
+SINK_TOPICS = (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)
+"""The derived topics a sink reads back (the worker's Redis writer)."""
+
+
+@dataclass(frozen=True)
+class LiveHooks:
+    """What the processors tell the sinks as it happens (the metrics, live GPU state)."""
+
+    on_record: Callable[[Any], None]
+    """Each derived value this worker emits (lifecycle, attribution, windows, alerts...)."""
+    on_sample: Callable[[NvmlSample], None]
+    """Each new node sample processed."""
+    on_usage: Callable[[PodUsage], None]
+    """Each pod usage processed."""
+    on_revoked: Callable[[list[str], list[str]], None] = lambda pods, nodes: None
+    """Pod uids and node names whose partitions left this worker."""
 
 
 def changelog_topic_names(settings: Settings) -> tuple[str, str]:
@@ -128,7 +162,7 @@ def _app(settings: Settings, options: WorkerOptions) -> Any:
         env={},
         broker=[f"kafka://{server}" for server in kafka.servers],
         broker_credentials=credentials(kafka),
-        broker_session_timeout=options.session_timeout_s,
+        broker_session_timeout=settings.worker.session_timeout_s,
         broker_commit_interval=options.commit_interval_s,
         store="memory://",
         datadir=str(datadir),
@@ -228,15 +262,27 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
     return node, PodConfig(prefix, settings.kafka.partitions, settings.rules, settings.windows)
 
 
-def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRuntime:
-    """The worker's Faust app, ready for `faust.Worker` (nothing connects until it starts)."""
+def build(
+    settings: Settings,
+    options: WorkerOptions | None = None,
+    live: LiveHooks | None = None,
+    counters: Counters | None = None,
+) -> WorkerRuntime:
+    """The worker's Faust app, ready for `faust.Worker` (nothing connects until it starts).
+
+    With `live`, the processors hand every value they emit, and each sample and pod usage,
+    to the hooks.
+    """
     options = options or WorkerOptions()
     app = _app(settings, options)
     kafka = _Kafka(app, settings)
     prefix = settings.kafka.topic_prefix
-    counters, watermark = Counters(), Watermark()
+    counters, watermark = counters or Counters(), Watermark()
     tick_name = tick_topic_name(settings)
     node_config, pod_config = _configs(settings)
+    if live is not None:
+        node_config = replace(node_config, live=live.on_sample)
+        pod_config = replace(pod_config, live=live.on_usage)
     node_log, pod_log = changelog_topic_names(settings)
     probe = OffsetProbe(settings.kafka)
     node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)
@@ -248,7 +294,7 @@ def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRun
             tick_topic=tick_name,
             table=state,
             make=make,
-            outputs=Outputs(prefix, counters),
+            outputs=Outputs(prefix, counters, observe=None if live is None else live.on_record),
             watermark=watermark,
             committed=kafka.committed,
             send=kafka.send,
@@ -279,10 +325,14 @@ def build(settings: Settings, options: WorkerOptions | None = None) -> WorkerRun
     app.transport.Consumer = rewinding_consumer(app.transport.Consumer, inputs)
     app.agent(app.topic(*node_inputs, tick_name, **_RAW), name="gpuwatch-node")(node_loop.run)
     app.agent(app.topic(*pod_inputs, tick_name, **_RAW), name="gpuwatch-pod")(pod_loop.run)
-    app.timer(options.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
+    app.timer(settings.worker.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
 
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         gone = {tp.partition for tp in revoked}
+        if live is not None:
+            pods = [u for p in gone for u in getattr(pod_loop.partitions.get(p), "pods", ())]
+            nodes = [n for p in gone for n in getattr(node_loop.partitions.get(p), "nodes", ())]
+            live.on_revoked(pods, nodes)
         node_loop.forget(gone)
         pod_loop.forget(gone)
 

@@ -12,18 +12,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
 
-from schemas.codec import TopicSpec
+from schemas.codec import MalformedJSON, SchemaError, TopicSpec, UnknownSchemaVersion
 from schemas.deadletter import DeadLetter
 from schemas.topics import DEADLETTER
 
-__all__ = ["Counters", "Outputs", "Record", "Source"]
+__all__ = ["Counters", "DeadKind", "Outputs", "Record", "Source", "dead_kind"]
 
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0  # one dead-letter warning per this many seconds: a flood must not flood logs
+
+DeadKind = Literal["json", "schema", "version", "values", "tombstone", "tick", "internal"]
+"""Why a message was dead-lettered, as a bounded word for metrics (the record has the text)."""
+
+
+def dead_kind(exc: SchemaError) -> DeadKind:
+    """The kind of a codec error: not JSON, an unknown major version, or any other violation."""
+    if isinstance(exc, MalformedJSON):
+        return "json"
+    if isinstance(exc, UnknownSchemaVersion):
+        return "version"
+    return "schema"  # WrongSchema, a missing field, a wrong type or range
 
 
 @dataclass
@@ -44,6 +56,10 @@ class Counters:
     """Allocated device ids that no GPU of the sample reports (warnings, not errors)."""
     ticks: int = 0
     """Ticks applied."""
+    by_topic: dict[str, int] = field(default_factory=dict)
+    """Input messages processed, by topic (the metric `gpuwatch_events_total`)."""
+    dead_by: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Dead letters by (source topic, kind) (the metric `gpuwatch_deadletter_total`)."""
 
 
 class Source(NamedTuple):
@@ -72,8 +88,10 @@ class Outputs:
         counters: Counters,
         now_ms: Callable[[], int] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        observe: Callable[[Any], None] | None = None,
     ) -> None:
         self.prefix = prefix
+        self._observe = observe
         self.counters = counters
         self.records: list[Record] = []
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
@@ -85,13 +103,21 @@ class Outputs:
         """Publish a typed value on its topic, keyed as the topic says."""
         key = spec.key_of(value).encode("utf-8")
         self.records.append(Record(spec.full_name(self.prefix), key, spec.encode(value)))
+        if self._observe is not None:
+            self._observe(value)
 
     def emit_all(self, spec: TopicSpec[Any], values: list[Any]) -> None:
         """Publish several values on one topic."""
         for value in values:
             self.emit(spec, value)
 
-    def dead(self, source: Source, raw: bytes | None, error: str) -> None:
+    def rejected(self, source: Source, raw: bytes | None, exc: SchemaError) -> None:
+        """Dead-letter an input the codec refused, with the codec's reason."""
+        self.dead(source, raw, str(exc), dead_kind(exc))
+
+    def dead(
+        self, source: Source, raw: bytes | None, error: str, kind: DeadKind = "values"
+    ) -> None:
         """Send an input nobody can process to the deadletter topic, with the reason."""
         letter = DeadLetter.from_bytes(
             source_topic=source.topic,
@@ -103,7 +129,10 @@ class Outputs:
             offset=source.offset,
         )
         self.emit(DEADLETTER, letter)
-        self.counters.deadletter += 1
+        counters = self.counters
+        counters.deadletter += 1
+        by = (source.topic, kind)
+        counters.dead_by[by] = counters.dead_by.get(by, 0) + 1
         now = self._monotonic()
         if now < self._next_log:
             self._unlogged += 1

@@ -14,21 +14,16 @@ pending pod usage is flushed and missing telemetry is looked for.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schemas.codec import SchemaError
 from schemas.ids import NodeName
+from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
 from streams.deadletters import Counters, Outputs, Source
-from streams.gpu_alerts import (
-    IDLE_ALERT_AFTER_S,
-    TELEMETRY_MISSING_AFTER_S,
-    on_node_removed,
-    on_sample,
-    on_watermark,
-)
+from streams.gpu_alerts import on_node_removed, on_sample, on_watermark
 from streams.integrals import PriceBook, integrate_sample
 from streams.node_doc import (
     NodeDoc,
@@ -57,8 +52,8 @@ class NodeConfig:
     rules: RuleSettings
     prices: PriceBook
     flush_ms: int = FLUSH_MS
-    idle_alert_after_s: int = IDLE_ALERT_AFTER_S
-    telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S
+    live: Callable[[NvmlSample], None] | None = None
+    """Called with each new sample once processed (live GPU state for the sinks)."""
 
 
 class NodePartition:
@@ -95,7 +90,7 @@ class NodePartition:
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         """Process one input message; its event time, or None when it was rejected."""
         if raw is None:
-            out.dead(source, raw, "no value (a tombstone)")
+            out.dead(source, raw, "no value (a tombstone)", "tombstone")
             return None
         if source.topic == self._samples:
             return self._sample(source, raw, out)
@@ -144,7 +139,7 @@ class NodePartition:
         try:
             sample = NVML_SAMPLES.decode(raw)
         except SchemaError as exc:
-            out.dead(source, raw, str(exc))
+            out.rejected(source, raw, exc)
             return None
         errors = check_sample(sample, self.stream_time)
         if errors:
@@ -163,21 +158,23 @@ class NodePartition:
             node.alert,
             sample,
             c.rules,
-            idle_alert_after_s=c.idle_alert_after_s,
-            telemetry_missing_after_s=c.telemetry_missing_after_s,
+            idle_alert_after_s=c.rules.idle_alert_after_s,
+            telemetry_missing_after_s=c.rules.telemetry_missing_after_s,
         )
         out.emit_all(ALERTS, alerts)
         self.counters.samples_missing += lost
         node.seen_until = sample.ts + sample.interval_ms
         self._dirty.add(node.node)
         self._advance(sample.ts, out)
+        if c.live is not None:
+            c.live(sample)
         return sample.ts
 
     def _node_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         try:
             event = K8S_NODES.decode(raw)
         except SchemaError as exc:
-            out.dead(source, raw, str(exc))
+            out.rejected(source, raw, exc)
             return None
         if not event.node:
             out.dead(source, raw, "node is empty")
@@ -226,7 +223,8 @@ class NodePartition:
 
     def _watermark(self, st: int, out: Outputs) -> None:
         """Missing telemetry of the nodes at stream time `st`."""
-        rules, after = self.config.rules, self.config.telemetry_missing_after_s
+        rules = self.config.rules
+        after = rules.telemetry_missing_after_s
         for node in self.nodes.values():
             node.alert, alerts = on_watermark(
                 node.alert, st, rules, telemetry_missing_after_s=after

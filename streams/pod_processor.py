@@ -10,7 +10,7 @@ window closes only once every node partition has flushed the usage it could hold
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +18,7 @@ import msgspec
 
 from schemas.codec import SchemaError
 from schemas.ids import PodUid
+from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams import pod_state
@@ -42,6 +43,8 @@ class PodConfig:
     partitions: int
     rules: RuleSettings
     windows: WindowSettings
+    live: Callable[[PodUsage], None] | None = None
+    """Called with each pod usage once processed (live share and VRAM for the sinks)."""
 
 
 class PodPartition:
@@ -72,7 +75,7 @@ class PodPartition:
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         """Process one input message; its event time, or None when it was rejected."""
         if raw is None:
-            out.dead(source, raw, "no value (a tombstone)")
+            out.dead(source, raw, "no value (a tombstone)", "tombstone")
             return None
         if source.topic == self._pods_topic:
             return self._pod_event(source, raw, out)
@@ -117,7 +120,7 @@ class PodPartition:
         try:
             event = K8S_PODS.decode(raw)
         except SchemaError as exc:
-            out.dead(source, raw, str(exc))
+            out.rejected(source, raw, exc)
             return None
         errors = check_pod(event, self.stream_time)
         if errors:
@@ -134,7 +137,7 @@ class PodPartition:
         try:
             usage = POD_USAGE.decode(raw)
         except SchemaError as exc:
-            out.dead(source, raw, str(exc))
+            out.rejected(source, raw, exc)
             return None
         c = self.config
         before = self.pods.get(usage.uid)
@@ -142,6 +145,8 @@ class PodPartition:
         self.counters.late += outputs.late_usage
         self._store(before, after, outputs, out)
         self._observe(usage.end_ts)
+        if c.live is not None:
+            c.live(usage)
         return usage.end_ts
 
     def _store(

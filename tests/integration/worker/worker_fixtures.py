@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from topic_io import consume_all
 
+from gpuwatch.topics import create_topics
 from producers.agent import NodeAgent
 from producers.sim import SimReader, WorkloadKind
 from producers.sim_node import SimPod, SimPods, simple_node
@@ -39,7 +43,7 @@ WORKER_ENV = {
 Message = tuple[str, bytes | None, bytes, int | None]
 """(topic, key, value, partition) to produce; partition None: by key."""
 StartWorker = Callable[..., "Worker"]
-"""The `start_worker` fixture: `start(settings, instance="w1") -> Worker`."""
+"""The `start_worker` fixture: `start(settings, instance="w1", env=None) -> Worker`."""
 NewScope = Callable[[], Settings]
 """The `new_scope` fixture: settings with topics and an app id of their own."""
 
@@ -243,6 +247,67 @@ class Worker:
         assert found is not None, self.log
         names = ("events", "deadletter", "late", "duplicates")
         return dict(zip(names, (int(g) for g in found.groups()), strict=True))
+
+
+@contextmanager
+def topic_scopes(stack: Settings) -> Iterator[NewScope]:
+    """Make settings with a topic prefix and app id of their own, topics created; deleted after.
+
+    The body of the `new_scope` fixture, for fixtures of a wider scope too.
+    """
+    prefixes: list[str] = []
+    groups: list[str] = []
+
+    def scope() -> Settings:
+        tag = uuid.uuid4().hex[:10]
+        prefixes.append(f"gwtest-{tag}.")
+        kafka = stack.kafka.model_copy(
+            update={
+                "topic_prefix": prefixes[-1],
+                "partitions": PARTITIONS,
+                "app_id": f"gwtest-app-{tag}",
+            }
+        )
+        scoped = stack.model_copy(update={"kafka": kafka})
+        groups.append(kafka.app_id)
+        rows = create_topics(scoped)
+        assert all(row.ok for row in rows), rows
+        return scoped
+
+    yield scope
+    admin = KafkaAdminClient(**stack.kafka.client_options())
+    try:
+        names = [n for n in admin.list_topics() if any(n.startswith(p) for p in prefixes)]
+        if names:
+            admin.delete_topics(names)
+        known = {g["group_id"] for g in admin.list_groups()}
+        if gone := [g for g in groups if g in known]:
+            admin.delete_groups(gone)  # the workers have stopped: the groups are empty
+    finally:
+        admin.close()
+
+
+def spawn_worker(
+    settings: Settings, log_path: Path, instance: str = "w1", env: dict[str, str] | None = None
+) -> Worker:
+    """Start a `gpuwatch worker` process on the settings' topics, `env` over WORKER_ENV."""
+    env = {
+        **os.environ,
+        **WORKER_ENV,
+        # Redis and /metrics are tested on their own (test_worker_sinks.py): several
+        # workers of these tests would otherwise share a Redis database and a port.
+        "GPUWATCH_WORKER_SINKS": "false",
+        **(env or {}),
+        "GPUWATCH_TOPIC_PREFIX": settings.kafka.topic_prefix,
+        "GPUWATCH_APP_ID": settings.kafka.app_id,
+        "GPUWATCH_KAFKA_BOOTSTRAP": settings.kafka.bootstrap,
+        "GPUWATCH_KAFKA_PARTITIONS": str(settings.kafka.partitions),
+    }
+    argv = [str(GPUWATCH), "worker", "--tick-interval", "0.5", "--session-timeout", "6"]
+    argv += ["--instance", instance]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return Worker(process, log_path)
 
 
 def wait_for(

@@ -1,0 +1,292 @@
+"""The worker's sinks: its /metrics fed as records are made, and Redis fed from the topics.
+
+Metrics: the processors hand each value they emit, and each sample and pod usage, to
+`WorkerSinks` (`streams.app.LiveHooks`), so a worker exports the pods and GPUs of its own
+partitions and sums over workers count each once (sinks/metrics.py).
+
+Redis: `RedisWriter` is a consumer of the derived topics in a group of its own
+(`{app_id}.redis`), in a thread. It writes each polled batch, with the newest live state of
+every GPU the worker sampled, as one Redis transaction, and commits the offsets only after
+Redis took it. While Redis is away it keeps the batch, pauses its partitions and retries
+with a growing pause; stream processing goes on untouched (a separate group: no rebalance
+of the worker waits on Redis). After a crash, the records after the last commit are written
+again; the writes are idempotent upserts keyed by each record's identity, so the state is
+the same. A record Redis refuses for good (a key of the wrong type someone else wrote) is
+logged and counted, and the rest of its batch is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
+from prometheus_client import CollectorRegistry
+
+from schemas.alert import Alert
+from schemas.attribution import Attribution
+from schemas.codec import SchemaError, TopicSpec
+from schemas.gpu_window import GpuWindow
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.pod_usage import PodUsage
+from schemas.settings import Settings
+from sinks.live_gpus import LiveGpus
+from sinks.metrics import PipelineCounts, WorkerMetrics
+from sinks.redis_plan import GpuLive, SinkRecord
+from sinks.redis_sink import Backoff, RedisSink, SinkRejected, SinkUnavailable
+from streams.app import SINK_TOPICS, LiveHooks
+from streams.deadletters import Counters
+
+__all__ = ["RedisWriter", "WorkerSinks", "pipeline_counts", "redis_group"]
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 500  # live GPU state reaches Redis within about this long of its sample
+MAX_RECORDS = 2000  # per poll: one Redis transaction of a few hundred kB at most
+FIRST_PAUSE_S = 0.5  # first pause after Redis was found away; doubles up to RETRY_CAP_S
+RETRY_CAP_S = 10.0  # longest pause between attempts while Redis is away
+ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes about this)
+LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
+
+
+def pipeline_counts(counters: Counters) -> PipelineCounts:
+    """The stream processors' counters as metric families (copies: read from another thread)."""
+    return {
+        "gpuwatch_events": {(topic,): float(n) for topic, n in counters.by_topic.copy().items()},
+        "gpuwatch_deadletter": {key: float(n) for key, n in counters.dead_by.copy().items()},
+        "gpuwatch_late_events": {(): float(counters.late)},
+        "gpuwatch_duplicate_events": {(): float(counters.duplicates)},
+        "gpuwatch_samples_missing": {(): float(counters.samples_missing)},
+    }
+
+
+def redis_group(settings: Settings) -> str:
+    """The consumer group of the workers' Redis writers."""
+    return f"{settings.kafka.app_id}.redis"
+
+
+class WorkerSinks:
+    """The metrics and live GPU state of one worker process, fed by its processors."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        counters: Counters,
+        *,
+        registry: CollectorRegistry | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.metrics = WorkerMetrics(self.registry, pipeline=lambda: pipeline_counts(counters))
+        self.live = LiveGpus(settings.rules.idle_util_pct)
+        self._wall = wall
+
+    def hooks(self) -> LiveHooks:
+        """What `streams.app.build` takes."""
+        return LiveHooks(
+            on_record=self.on_record,
+            on_sample=self.on_sample,
+            on_usage=self.on_usage,
+            on_revoked=self.forget,
+        )
+
+    def on_record(self, value: Any) -> None:
+        """A value a processor emitted; the kinds the metrics show are counted."""
+        m = self.metrics
+        if isinstance(value, PodLifecycle):
+            m.observe_lifecycle(value)
+        elif isinstance(value, Attribution):
+            m.observe_attribution(value)
+        elif isinstance(value, GpuWindow):
+            m.observe_gpu_window(value)
+        elif isinstance(value, Alert):
+            m.observe_alert(value)
+
+    def on_sample(self, sample: NvmlSample) -> None:
+        """A node sample processed: GPU gauges, live GPU state, pipeline lag."""
+        self.metrics.observe_sample(sample)
+        self.live.observe(sample)
+        self.metrics.set_lag(self._wall() - (sample.ts + sample.interval_ms) / 1000)
+
+    def on_usage(self, usage: PodUsage) -> None:
+        """A pod usage processed: the pod's live share and VRAM."""
+        self.metrics.observe_usage(usage)
+
+    def forget(self, pods: list[str], nodes: list[str]) -> None:
+        """Partitions left this worker: their pods' and nodes' series go (the new owner's come)."""
+        self.metrics.forget(pods=pods, nodes=nodes)
+
+
+class RedisWriter:
+    """The derived topics into Redis, at least once, from a thread of its own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        live: LiveGpus,
+        *,
+        redis_sink: RedisSink | None = None,
+        consumer: Any = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        prefix = settings.kafka.topic_prefix
+        self.redis = redis_sink or RedisSink(
+            settings.redis, backoff=Backoff(cap_s=1.0, budget_s=ATTEMPT_BUDGET_S)
+        )
+        self.live = live
+        self.topics = [spec.full_name(prefix) for spec in SINK_TOPICS]
+        self._decoders: dict[str, TopicSpec[Any]] = {
+            spec.full_name(prefix): spec for spec in SINK_TOPICS
+        }
+        self._settings = settings
+        self._consumer = consumer
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_log = 0.0
+        self.written = 0
+        """Records and live states Redis has taken."""
+        self.rejected = 0
+        """Records Redis refused for good."""
+        self.invalid = 0
+        """Records of the derived topics that did not decode (written by someone else)."""
+        self.error: BaseException | None = None
+        """What ended the thread, if it ended on an error."""
+
+    def start(self) -> None:
+        """Run in a daemon thread until `stop()`."""
+        self._thread = threading.Thread(target=self._run, name="redis-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the batch in hand (or its current retry), leave the group, close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.redis.close()
+
+    def _run(self) -> None:
+        try:
+            consumer = self._consumer or KafkaConsumer(
+                group_id=redis_group(self._settings),
+                client_id="gpuwatch-redis-writer",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=MAX_RECORDS,
+                **self._settings.kafka.client_options(),
+            )
+            consumer.subscribe(self.topics)
+        except KafkaError as exc:
+            self.error = exc
+            log.error("redis writer cannot start: %r", exc)
+            return
+        try:
+            while not self._stop.is_set():
+                self.step(consumer)
+        except Exception as exc:  # a bug of ours: said loudly; stream processing goes on
+            self.error = exc
+            log.exception("redis writer stopped")
+        finally:
+            consumer.close()
+
+    def step(self, consumer: Any) -> None:
+        """One poll: its records and the pending live GPU states into Redis, then commit."""
+        polled = consumer.poll(timeout_ms=POLL_MS)
+        batch: list[SinkRecord] = []
+        for messages in polled.values():
+            for m in messages:
+                record = self._decode(m)
+                if record is not None:
+                    batch.append(record)
+        states = self.live.take()
+        if not batch and not states:
+            return
+        if not self._write([*batch, *states], consumer):
+            self.live.put_back(states)
+            return  # stopping with the batch unwritten: no commit, the next owner writes it
+        if batch:
+            consumer.commit()
+
+    def _decode(self, m: Any) -> SinkRecord | None:
+        spec = self._decoders.get(m.topic)
+        try:
+            if spec is None or m.value is None:
+                raise SchemaError(m.topic, "$", "no value (a tombstone)")
+            record: SinkRecord = spec.decode(m.value)
+        except SchemaError as exc:
+            self.invalid += 1
+            log.error(
+                "redis writer skips an invalid record topic=%s partition=%d offset=%d: %s",
+                m.topic,
+                m.partition,
+                m.offset,
+                exc,
+            )
+            return None
+        return record
+
+    def _write(self, batch: list[SinkRecord], consumer: Any) -> bool:
+        """Write until Redis takes the batch; False when stopping first."""
+        pause = FIRST_PAUSE_S
+        paused = False
+        try:
+            while True:
+                try:
+                    self.redis.apply(batch)
+                    self.written += len(batch)
+                    return True
+                except SinkRejected:
+                    if self._one_by_one(batch):
+                        return True
+                except SinkUnavailable as exc:
+                    self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                if not paused:
+                    consumer.pause(*consumer.assignment())
+                    paused = True
+                if self._stop.wait(pause):
+                    return False
+                consumer.poll(timeout_ms=0)  # paused: fetches nothing, stays in the group
+                pause = min(RETRY_CAP_S, pause * 2)
+        finally:
+            if paused:
+                consumer.resume(*consumer.paused())
+
+    def _one_by_one(self, batch: list[SinkRecord]) -> bool:
+        """A batch Redis refused: its records alone, so one bad key costs one record.
+
+        False when Redis went away meanwhile: the caller retries the whole batch, which
+        rewrites the records already written to the same values.
+        """
+        for record in batch:
+            try:
+                self.redis.apply([record])
+                self.written += 1
+            except SinkRejected as exc:
+                self.rejected += 1
+                log.error("Redis refused a record %s: %s", _what(record), exc)
+            except SinkUnavailable as exc:
+                self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                return False
+        return True
+
+    def _warn(self, message: str) -> None:
+        now = self._monotonic()
+        if now >= self._next_log:
+            self._next_log = now + LOG_EVERY_S
+            log.warning("%s target=%s", message, self.redis.target)
+
+
+def _what(record: SinkRecord) -> str:
+    """A record's kind and identity, for a log line."""
+    if isinstance(record, GpuLive):
+        return f"live gpu={record.uuid}"
+    if isinstance(record, GpuWindow):
+        return f"{record.schema} gpu={record.uuid} window_start={record.window_start}"
+    if isinstance(record, Alert):
+        return f"{record.schema} fingerprint={record.fingerprint} ts={record.ts}"
+    return f"{record.schema} uid={record.uid} ts={record.ts}"

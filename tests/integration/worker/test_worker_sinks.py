@@ -1,0 +1,155 @@
+"""`gpuwatch worker` with its sinks: Redis comes up late and converges; /metrics shows the pods."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from worker_fixtures import (
+    FINISH_S,
+    QUEUED_UID,
+    StartWorker,
+    aligned_t0,
+    decoded,
+    produce,
+    scenario,
+    wait_for,
+)
+
+from schemas import ALERTS, ATTRIBUTION, POD_LIFECYCLE
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def late_redis(tmp_path: Path) -> Iterator[tuple[int, list[subprocess.Popen[bytes]]]]:
+    """A port for a Redis of this test alone, and the servers started on it (stopped after)."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield free_port(), started
+    for server in started:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def start_redis(port: int, tmp_path: Path) -> subprocess.Popen[bytes]:
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    argv += ["--appendonly", "no", "--dir", str(tmp_path)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+def sample_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the one series of `name` whose labels include `labels`."""
+    found = []
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            found.append(float(value))
+    assert len(found) <= 1, (name, labels, found)
+    return found[0] if found else None
+
+
+def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
+    scoped: Settings, start_worker: StartWorker, late_redis: tuple[int, list[Any]], tmp_path: Path
+) -> None:
+    redis_port, servers = late_redis
+    metrics_port = free_port()
+    case = scenario(scoped, aligned_t0())
+    t0, training, idle = case.t0, case.training.uid, case.idle.uid
+    produce(scoped, case.messages)
+    env = {
+        "GPUWATCH_WORKER_SINKS": "true",
+        "GPUWATCH_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "GPUWATCH_METRICS_PORT": str(metrics_port),
+    }
+    worker = start_worker(scoped, env=env)
+
+    # Redis is not there yet: the stream is processed all the same, /metrics shows it.
+    wait_for("the training pod's two windows", lambda: len(decoded(scoped, ATTRIBUTION)) >= 3)
+    text = wait_for(
+        "the stalled pod on /metrics",
+        lambda: (t := metrics_text(metrics_port)) and 'state="stalled"' in t and t,
+        worker,
+    )
+    assert sample_value(text, "gpuwatch_pod_state", pod=case.idle.name, state="stalled") == 1.0
+    assert sample_value(text, "gpuwatch_pod_state", pod="queued-0", state="queued") == 1.0
+    samples_topic = f"{scoped.kafka.topic_prefix}nvml.samples"
+    assert sample_value(text, "gpuwatch_events_total", topic=samples_topic) == 90.0
+    assert sample_value(text, "gpuwatch_deadletter_total") is None
+    assert sample_value(text, "gpuwatch_late_events_total") == 0.0
+    attributions = decoded(scoped, ATTRIBUTION)
+    cost = {ns: sum(a.cost_usd for a in attributions if a.namespace == ns) for ns in ("ml",)}
+    assert sample_value(text, "gpuwatch_cost_usd_total", namespace="ml") == pytest.approx(
+        cost["ml"]
+    )
+    wait_for("the worker to notice Redis is away", lambda: "Redis unavailable" in worker.log)
+
+    # Redis comes up: everything the worker made reaches it, nothing skipped.
+    servers.append(start_redis(redis_port, tmp_path))
+    client = redis.Redis(port=redis_port, decode_responses=True)
+
+    def pod(uid: str) -> dict[str, str]:
+        try:
+            return client.hgetall(f"gpuwatch:pod:{uid}")  # type: ignore[return-value]
+        except redis.ConnectionError:
+            return {}
+
+    wait_for(
+        "the pods' state in Redis",
+        lambda: pod(training).get("state") == "finished" and pod(idle).get("state") == "stalled",
+        worker,
+        timeout_s=60,
+    )
+    # Every window of every pod is in the totals, to the nano-dollar.
+    for uid in (training, idle):
+        mine = [a for a in decoded(scoped, ATTRIBUTION) if a.uid == uid]
+        want = sum(Decimal(str(a.cost_usd)) for a in mine)
+        assert Decimal(pod(uid)["cost_usd"]) == pytest.approx(want, abs=Decimal("1e-8"))
+    assert pod(training)["reason"] == "Completed"
+    assert int(pod(training)["state_since"]) == t0 + FINISH_S * 1000
+    assert pod(QUEUED_UID)["state"] == "queued"
+    assert client.zscore("gpuwatch:state:stalled", idle) == t0 + 45_000
+    firing = client.hgetall("gpuwatch:alerts:firing")
+    names = sorted(value.split('"name":"')[1].split('"')[0] for value in firing.values())
+    assert names == ["GpuIdleAllocated", "PodQueuedTooLong", "PodStalled"]
+    # The idle pod's timeline: its two transitions and the PodStalled alert.
+    timeline = client.xrange(f"gpuwatch:timeline:{idle}")
+    changes = [c for c in decoded(scoped, POD_LIFECYCLE) if c.uid == idle]
+    alerts = [a for a in decoded(scoped, ALERTS) if a.subject.uid == idle]
+    assert (len(changes), len(alerts)) == (2, 1)
+    assert len(timeline) == 3, timeline
+    # The idle pod's GPU: live state from the samples, idle since the first sample.
+    (uuid,) = case.idle.gpu_uuids
+    gpu = wait_for(
+        "the idle GPU's live state",
+        lambda: (g := client.hgetall(f"gpuwatch:gpu:{uuid}")) and "util_pct" in g and g,
+        worker,
+    )
+    assert gpu["node"] == case.node
+    assert int(gpu["idle_since"]) == t0
+    assert idle in gpu["pods"]
+    worker.stop()
+    assert worker.process.returncode == 0, worker.log
+    assert "redis_rejected=0" in worker.log

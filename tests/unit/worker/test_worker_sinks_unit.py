@@ -1,0 +1,167 @@
+"""The worker's sinks without services: metrics fed at emission, the Redis writer's retries."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, cast
+
+import msgspec
+import pytest
+
+from gpuwatch import worker_sinks
+from gpuwatch.worker_sinks import RedisWriter, WorkerSinks, pipeline_counts, redis_group
+from schemas.examples import example
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.settings import Settings
+from schemas.topics import POD_LIFECYCLE
+from sinks.live_gpus import LiveGpus
+from sinks.redis_plan import SinkRecord
+from sinks.redis_sink import RedisSink, SinkRejected, SinkUnavailable
+from streams.deadletters import Counters
+
+SETTINGS = Settings()
+TOPIC = POD_LIFECYCLE.full_name(SETTINGS.kafka.topic_prefix)
+
+
+class Msg(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+def transition(uid: str, ts: int = 1_764_412_000_000) -> PodLifecycle:
+    raw = example("gpuwatch.pod.lifecycle/v1") | {"uid": uid, "ts": ts}
+    return msgspec.convert(raw, PodLifecycle)
+
+
+class FakeConsumer:
+    """Polls hand out the batches given, one per poll; commits and pauses are recorded."""
+
+    def __init__(self, batches: list[list[Msg]]) -> None:
+        self.batches = batches
+        self.commits = 0
+        self.polls_while_paused = 0
+        self._paused: set[str] = set()
+
+    def poll(self, timeout_ms: int) -> dict[str, list[Msg]]:
+        if self._paused:
+            self.polls_while_paused += 1
+            return {}
+        return {"tp": self.batches.pop(0)} if self.batches else {}
+
+    def assignment(self) -> set[str]:
+        return {"tp"}
+
+    def pause(self, *tps: str) -> None:
+        self._paused |= set(tps)
+
+    def paused(self) -> set[str]:
+        return set(self._paused)
+
+    def resume(self, *tps: str) -> None:
+        self._paused -= set(tps)
+
+    def commit(self) -> None:
+        self.commits += 1
+
+
+class FakeRedis:
+    """Fails as scripted (`failures`: exceptions raised by the next calls), records batches."""
+
+    target = "redis://fake/0"
+
+    def __init__(self, failures: list[Exception] | None = None, refuse: str | None = None) -> None:
+        self.failures = failures or []
+        self.refuse = refuse
+        self.applied: list[list[SinkRecord]] = []
+
+    def apply(self, batch: list[SinkRecord]) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+        if self.refuse and any(getattr(r, "uid", None) == self.refuse for r in batch):
+            raise SinkRejected("WRONGTYPE")
+        self.applied.append(list(batch))
+
+    def close(self) -> None:
+        pass
+
+
+def writer(redis: FakeRedis) -> RedisWriter:
+    return RedisWriter(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
+
+
+def msgs(*uids: str) -> list[Msg]:
+    return [Msg(TOPIC, 0, i, POD_LIFECYCLE.encode(transition(u))) for i, u in enumerate(uids)]
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_sinks, "FIRST_PAUSE_S", 0.001)
+
+
+def test_a_batch_is_committed_only_after_redis_took_it_and_retried_while_away() -> None:
+    redis = FakeRedis(failures=[SinkUnavailable("down"), SinkUnavailable("down")])
+    consumer = FakeConsumer([msgs("a", "b")])
+    w = writer(redis)
+    w.step(consumer)
+    assert [[r.uid for r in b] for b in redis.applied] == [["a", "b"]]  # type: ignore[union-attr]
+    assert (consumer.commits, consumer.polls_while_paused, w.written) == (1, 2, 2)
+    assert consumer.paused() == set()  # resumed once written
+
+
+def test_stopping_while_redis_is_away_commits_nothing() -> None:
+    redis = FakeRedis(failures=[SinkUnavailable("down")] * 100)
+    consumer = FakeConsumer([msgs("a")])
+    w = writer(redis)
+    w._stop.set()
+    w.step(consumer)
+    assert (redis.applied, consumer.commits, w.written) == ([], 0, 0)
+
+
+def test_a_refused_record_costs_itself_only() -> None:
+    redis = FakeRedis(refuse="bad")
+    consumer = FakeConsumer([msgs("a", "bad", "c")])
+    w = writer(redis)
+    w.step(consumer)
+    assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["c"]]  # type: ignore[union-attr]
+    assert (w.written, w.rejected, consumer.commits) == (2, 1, 1)
+
+
+def test_an_undecodable_record_is_counted_and_the_rest_written() -> None:
+    redis = FakeRedis()
+    batch = [Msg(TOPIC, 0, 0, b"not json"), Msg(TOPIC, 0, 1, None), *msgs("a")]
+    w = writer(redis)
+    w.step(FakeConsumer([batch]))
+    assert (w.invalid, w.written) == (2, 1)
+
+
+def test_live_gpu_states_ride_along_and_come_back_if_undelivered() -> None:
+    redis = FakeRedis(failures=[SinkUnavailable("down")] * 100)
+    w = writer(redis)
+    raw: dict[str, Any] = example("gpuwatch.nvml.sample/v1")
+    raw["gpus"][0]["util_pct"] = 50.0
+    w.live.observe(msgspec.convert(raw, NvmlSample))
+    w._stop.set()
+    w.step(FakeConsumer([]))
+    assert [s.util_pct for s in w.live.take()] == [50.0]  # kept for the next attempt
+
+
+def test_metrics_count_emitted_values_and_pipeline_counters() -> None:
+    counters = Counters(late=3, duplicates=1)
+    counters.by_topic["t.nvml.samples"] = 7
+    counters.dead_by[("t.k8s.pods", "json")] = 2
+    sinks = WorkerSinks(SETTINGS, counters)
+    sinks.on_record(transition("u1"))
+    sinks.on_record({"not": "a record"})  # ignored
+    get = sinks.registry.get_sample_value
+    assert get("gpuwatch_events_total", {"topic": "t.nvml.samples"}) == 7
+    assert get("gpuwatch_deadletter_total", {"topic": "t.k8s.pods", "reason": "json"}) == 2
+    assert get("gpuwatch_late_events_total", {}) == 3
+    state = {"namespace": "ml", "pod": "train-0", "team": "vision", "node": "gpu-node-17"}
+    assert get("gpuwatch_pod_state", state | {"state": "stalled"}) == 1  # the example's
+    assert pipeline_counts(counters)["gpuwatch_duplicate_events"] == {(): 1.0}
+
+
+def test_the_redis_writers_group_is_their_own() -> None:
+    assert redis_group(SETTINGS) == "gpuwatch.redis" != SETTINGS.kafka.app_id
