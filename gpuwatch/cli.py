@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node_agent(verbs)
     _add_k8s_watcher(verbs)
     _add_worker(verbs)
+    _add_simulate(verbs)
     _add_bench(verbs)
+    _add_demo(verbs)
+    _add_top(verbs)
     _add_settings(verbs)
     return parser
 
@@ -172,6 +175,85 @@ def _add_node_agent(verbs: Any) -> None:
     agent.set_defaults(handler=_node_agent)
 
 
+def _add_simulate(verbs: Any) -> None:
+    simulate = verbs.add_parser(
+        "simulate",
+        help="a synthetic GPU cluster driving the real producers from a scenario",
+        description="Simulate a Kubernetes GPU cluster from a scenario file and run the real "
+        "producers against it: every simulated node's node agent (simulated GPUs whose "
+        "processes and kubelet allocations follow the pods) publishes to nvml.samples, and "
+        "the Kubernetes watcher, watching an in-process API server, publishes pod and node "
+        "changes to k8s.pods and k8s.nodes. Pods are created, scheduled (or left Pending, "
+        "Unschedulable), pull, run, complete, get OOMKilled or crash-loop at the times the "
+        "scenario gives. Event time starts at --epoch (default: now) and advances by the "
+        "sample interval each tick; ticks come every interval/--speed wall seconds, so "
+        "--speed 10 shows ten simulated minutes per real minute. Deterministic for a seed. "
+        "Shipped scenarios (scenarios/README.md): small, fleet, incident; --list shows them. "
+        "The topics must exist (`gpuwatch topics create`). SIGTERM or Ctrl-C stops it; a "
+        "summary of what was published and where each pod ended is printed.",
+    )
+    simulate.add_argument(
+        "--scenario",
+        default="small",
+        metavar="NAME|FILE",
+        help="a shipped scenario by name, or a scenario YAML file (default: small)",
+    )
+    simulate.add_argument(
+        "--list", action="store_true", dest="list_scenarios", help="list the shipped scenarios"
+    )
+    simulate.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="event time runs FACTOR times faster than wall time (default: 1)",
+    )
+    simulate.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this many wall seconds (default: never)",
+    )
+    simulate.add_argument(
+        "--until",
+        type=float,
+        metavar="SECONDS",
+        dest="until_s",
+        help="stop when this many simulated seconds have passed (default: never)",
+    )
+    simulate.add_argument(
+        "--nodes", type=int, metavar="N", dest="sim_nodes", help="N nodes in every node pool"
+    )
+    simulate.add_argument(
+        "--gpus-per-node", type=int, metavar="G", help="G GPUs on every node (1 to 16)"
+    )
+    simulate.add_argument(
+        "--seed",
+        type=int,
+        dest="sim_seed",
+        metavar="N",
+        help="random seed (default: the scenario's)",
+    )
+    simulate.add_argument(
+        "--epoch",
+        metavar="TIME",
+        help="event time of the start: epoch seconds or ISO 8601 such as "
+        "2025-11-29T10:00:00Z (default: now)",
+    )
+    simulate.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="simulated seconds between samples (env: GPUWATCH_AGENT_INTERVAL_S, default 1.0)",
+    )
+    simulate.add_argument(
+        "--no-topic-check",
+        action="store_true",
+        help="do not check that the topics exist before starting",
+    )
+    simulate.set_defaults(handler=_simulate)
+
+
 def _add_bench(verbs: Any) -> None:
     bench = verbs.add_parser(
         "bench",
@@ -209,16 +291,28 @@ def _add_worker(verbs: Any) -> None:
     worker.add_argument(
         "--tick-interval",
         type=float,
-        default=1.0,
         metavar="SECONDS",
-        help="seconds between stream-time ticks (1.0)",
+        help="seconds between stream-time ticks (GPUWATCH_WORKER_TICK_INTERVAL_S, 1.0)",
     )
     worker.add_argument(
         "--session-timeout",
         type=float,
-        default=30.0,
         metavar="SECONDS",
-        help="Kafka session timeout: a silent worker's partitions move after this long (30)",
+        help="Kafka session timeout: a silent worker's partitions move after this long "
+        "(GPUWATCH_WORKER_SESSION_TIMEOUT_S, 30)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        dest="worker_metrics_port",
+        metavar="PORT",
+        help="port of the worker's /metrics (GPUWATCH_METRICS_PORT, 9480)",
+    )
+    worker.add_argument(
+        "--no-sinks",
+        action="store_true",
+        help="publish the derived topics only: no Redis writes, no /metrics "
+        "(GPUWATCH_WORKER_SINKS=false)",
     )
     worker.add_argument(
         "--instance", metavar="NAME", help="this worker's name in logs (default: host-pid)"
@@ -309,6 +403,106 @@ def _gpu_resource_overrides(names: list[str] | None) -> dict[str, Any]:
     }
 
 
+def _add_demo(verbs: Any) -> None:
+    demo = verbs.add_parser(
+        "demo",
+        help="the whole product on this machine: stack, topics, simulated cluster, worker, view",
+        description="Start what is missing of the local stack (Kafka, Redis, Prometheus), "
+        "create the topics, run the worker and a simulated cluster (`gpuwatch simulate`) and "
+        "show the live view (`gpuwatch top`) until Ctrl-C. Ctrl-C stops what the demo started, "
+        "the stack too unless it was already running or --keep-stack is given. The demo "
+        "shortens the stall and alert rules (GPUWATCH_STALL_AFTER_S=120, "
+        "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
+        "set. Logs go to the stack's log directory (demo-worker.log, demo-simulate.log).",
+    )
+    demo.add_argument(
+        "--scenario",
+        default="small",
+        metavar="NAME|FILE",
+        help="simulated cluster: small, fleet, incident or a YAML file (default: small)",
+    )
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="simulated time runs FACTOR times faster than wall time (default: 1)",
+    )
+    demo.add_argument(
+        "--duration",
+        type=float,
+        dest="demo_duration",
+        metavar="SECONDS",
+        help="stop after this many seconds (default: at Ctrl-C)",
+    )
+    demo.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="no live view: wait, then print `gpuwatch top --once` at the end",
+    )
+    demo.add_argument(
+        "--keep-stack",
+        action="store_true",
+        help="leave the stack running at the end, to look at Prometheus and Redis after",
+    )
+    demo.set_defaults(handler=_demo)
+
+
+def _add_top(verbs: Any) -> None:
+    from gpuwatch.top_view import SORTS, STATE_ORDER
+    from sinks.redis_keys import DEFAULT_PREFIX
+
+    top = verbs.add_parser(
+        "top",
+        help="live terminal view of pods and GPUs from Redis",
+        description="Show the cluster as the worker's Redis sink holds it, like `kubectl top` "
+        "for GPUs: pods (team, state and time in it, GPUs, compute share, VRAM, cost and waste "
+        "so far in USD), GPUs (node, model, utilization, VRAM used/total, owning pods, idle "
+        "for) and firing alerts. Redraws in place every --interval seconds until Ctrl-C; "
+        "--once prints the tables once (plain text, no escapes) and exits. Pods are read from "
+        "the state sets, at most --max-rows per refresh (stalled, queued, running, then "
+        "finished), and the view says how many were left out. --namespace, --team and --state "
+        "also narrow the GPUs (to those the matching pods hold) and the alerts. Redis is "
+        "--redis-url or GPUWATCH_REDIS_URL; exits 2 when it cannot be read.",
+    )
+    top.add_argument(
+        "--sort",
+        choices=SORTS,
+        default="waste",
+        help="pod order: waste, vram, cost, share (largest first), state (stalled, queued, "
+        "running, finished; longest in it first) or name (default: waste)",
+    )
+    top.add_argument("--namespace", dest="top_namespace", metavar="NS", help="only this namespace")
+    top.add_argument("--team", metavar="TEAM", help="only pods with this team label")
+    top.add_argument("--state", choices=list(STATE_ORDER), help="only pods in this state")
+    top.add_argument(
+        "--limit", type=int, metavar="N", help="at most N rows per table (default: all)"
+    )
+    top.add_argument("--once", action="store_true", help="print once to stdout and exit")
+    top.add_argument("--json", action="store_true", help="print once as JSON (implies --once)")
+    top.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        dest="top_interval",
+        metavar="SECONDS",
+        help="seconds between redraws (default: 2)",
+    )
+    top.add_argument(
+        "--key-prefix",
+        default=DEFAULT_PREFIX,
+        metavar="PREFIX",
+        help=f"Redis key prefix the sink writes under (default: {DEFAULT_PREFIX})",
+    )
+    top.add_argument(
+        "--max-rows",
+        type=int,
+        metavar="N",
+        help="read at most N pods and N GPUs per refresh (default: 3000)",
+    )
+    top.set_defaults(handler=_top)
+
+
 def _add_settings(verbs: Any) -> None:
     verbs.add_parser(
         "settings",
@@ -326,6 +520,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "kafka.partitions": getattr(args, "partitions", None),
         "kafka.replication_factor": getattr(args, "replication_factor", None),
         "agent.interval_s": getattr(args, "interval", None),
+        "worker.tick_interval_s": getattr(args, "tick_interval", None),
+        "worker.session_timeout_s": getattr(args, "session_timeout", None),
+        "worker.sinks": False if getattr(args, "no_sinks", False) else None,
+        "metrics.port": getattr(args, "worker_metrics_port", None),
         "agent.node_name": getattr(args, "node", None),
         "agent.metrics_port": getattr(args, "metrics_port", None),
         "watcher.kubeconfig": getattr(args, "kubeconfig", None),
@@ -449,6 +647,42 @@ def _node_agent(args: argparse.Namespace, settings: Settings) -> int:
         raise UserFacingError(str(exc)) from exc
 
 
+def _simulate(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import simulate
+
+    if args.list_scenarios:
+        for name in simulate.scenario_names():
+            try:
+                description = simulate.load(name).description
+            except simulate.ScenarioError as exc:
+                description = f"(unusable: {exc})"
+            print(f"{name:<10} {description}")
+        return 0
+    if args.log_level == "WARNING":
+        logging.getLogger().setLevel(logging.INFO)  # a long-running producer says what it does
+    try:
+        epoch = None if args.epoch is None else simulate.parse_epoch(args.epoch)
+    except ValueError as exc:
+        raise UserFacingError(f"--epoch: {exc}") from exc
+    if args.speed <= 0:
+        raise UserFacingError(f"--speed must be above 0, not {args.speed:g}")
+    options = simulate.SimulateOptions(
+        scenario=args.scenario,
+        speed=args.speed,
+        duration_s=args.duration,
+        until_s=args.until_s,
+        nodes=args.sim_nodes,
+        gpus_per_node=args.gpus_per_node,
+        seed=args.sim_seed,
+        epoch_s=epoch,
+        check_topics=not args.no_topic_check,
+    )
+    try:
+        return simulate.run(settings, options)
+    except simulate.SimulateStartError as exc:
+        raise UserFacingError(str(exc)) from exc
+
+
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from gpuwatch import bench
 
@@ -482,15 +716,60 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         # A daemon says what it does; Faust's own INFO lines (tables, offsets) stay off.
         for name in ("gpuwatch", "streams"):
             logging.getLogger(name).setLevel(logging.INFO)
-    options = WorkerOptions(
-        tick_interval_s=args.tick_interval, session_timeout_s=args.session_timeout
-    )
+    options = WorkerOptions()
     if args.instance:
         options = dataclasses.replace(options, instance=args.instance)
     try:
         return worker.run(settings, options, loglevel=args.log_level)
     except worker.WorkerStartError as exc:
         raise UserFacingError(str(exc)) from exc
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import demo
+
+    if args.speed <= 0 or (args.demo_duration is not None and args.demo_duration <= 0):
+        raise UserFacingError("demo: --speed and --duration must be positive")
+    options = demo.DemoOptions(
+        scenario=args.scenario,
+        speed=args.speed,
+        duration_s=args.demo_duration,
+        ui=not args.no_ui,
+        keep_stack=args.keep_stack,
+    )
+    try:
+        return demo.run(settings, options, sys.stdout, _progress)
+    except demo.DemoError as exc:
+        raise UserFacingError(f"demo: {exc}") from exc
+
+
+def _top(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch import top
+    from gpuwatch.top_view import Query
+
+    try:
+        query = Query(
+            sort=args.sort,
+            namespace=args.top_namespace,
+            team=args.team,
+            state=args.state,
+            limit=args.limit,
+        )
+        options = top.TopOptions(
+            query=query,
+            key_prefix=args.key_prefix,
+            max_rows=top.MAX_ROWS if args.max_rows is None else args.max_rows,
+            interval_s=args.top_interval,
+            once=args.once,
+            json=args.json,
+        )
+    except ValueError as exc:
+        raise UserFacingError(f"top: {exc}") from exc
+    try:
+        return top.run(settings.redis, options, sys.stdout)
+    except top.TopUnavailable as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return 2
 
 
 def _settings_show(args: argparse.Namespace, settings: Settings) -> int:

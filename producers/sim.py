@@ -24,9 +24,16 @@ TEMP_IDLE_C, TEMP_FULL_C = 40, 65  # H100 capture: 41 C idle, 59-65 C at 100 %
 INFERENCE_PEAK_S = 15 * 3600.0  # daily load peaks at 15:00 UTC, trough 12 h later
 INFERENCE_FLOOR = 0.15  # night load as a share of the peak
 BACKOFF_START_S, BACKOFF_MAX_S = 10.0, 300.0  # kubelet CrashLoopBackOff: 10 s doubling to 5 min
+DEV_BUSY_SHARE = 0.3  # a dev pod runs kernels about a third of the time: edit, run, read
+DEV_PERIOD_S = (120.0, 300.0)  # one edit-run-read cycle of a developer
 
-WorkloadKind = Literal["training", "inference", "notebook", "idle", "crashloop"]
-PEAK_PCT = {"training": (85.0, 98.0), "inference": (55.0, 80.0), "crashloop": (5.0, 30.0)}
+WorkloadKind = Literal["training", "inference", "notebook", "idle", "crashloop", "dev"]
+PEAK_PCT = {
+    "training": (85.0, 98.0),
+    "inference": (55.0, 80.0),
+    "crashloop": (5.0, 30.0),
+    "dev": (20.0, 60.0),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,8 @@ class SimWorkload:
 
     training: ~85-98 % with a data-loader pause to ~0 for 2-6 s every 40-90 s; inference: a
     daily curve peaking at 15:00 UTC; notebook and idle: memory held, 0 %; crashloop: runs
-    15-45 s, exits, and is back after the kubelet's back-off (10 s doubling to 300 s).
+    15-45 s, exits, and is back after the kubelet's back-off (10 s doubling to 300 s); dev:
+    bursts of 20-60 % for DEV_BUSY_SHARE of a 2-5 minute cycle, 0 % in between.
     """
 
     pid: int
@@ -85,6 +93,8 @@ class SimWorkload:
     """Wall time the process starts; None: when it is added."""
     peak_util_pct: float | None = None
     """Training plateau, inference daily peak, crashloop level while up; None: drawn."""
+    up_s: float | None = None
+    """crashloop: seconds up before each crash; None: drawn (15-45 s)."""
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(WorkloadKind) or self.mem_bytes < 0:
@@ -149,14 +159,21 @@ class SimReader:
             raise ValueError(f"pid {w.pid} does not fit in the memory of {gpu.uuid}")
         rng = self._rng
         low, high = PEAK_PCT.get(w.kind, (0.0, 0.0))
-        period = rng.uniform(15.0, 45.0) if w.kind == "crashloop" else rng.uniform(40.0, 90.0)
+        if w.kind == "crashloop":
+            period = rng.uniform(15.0, 45.0)
+            period = period if w.up_s is None else w.up_s
+        elif w.kind == "dev":
+            period = rng.uniform(*DEV_PERIOD_S)
+        else:
+            period = rng.uniform(40.0, 90.0)
+        cyclic = w.kind in ("training", "dev")
         run = _Run(
             w=w,
             start=self._now() if w.start_s is None else w.start_s,
             peak=rng.uniform(low, high) if w.peak_util_pct is None else w.peak_util_pct,
             period=period,
             pause=rng.uniform(2.0, 6.0),
-            phase=rng.uniform(0.0, period) if w.kind == "training" else rng.uniform(-1, 1) * 3600,
+            phase=rng.uniform(0.0, period) if cyclic else rng.uniform(-1, 1) * 3600,
         )
         runs.append(run)
         self._pids[w.pid] = run
@@ -284,6 +301,10 @@ class SimReader:
             return max(0.0, min(100.0, run.peak * load + noise * 6.0 - 3.0))
         if kind == "crashloop":
             return run.peak * noise if _crashloop_up(elapsed, run.period) else None
+        if kind == "dev":
+            if (elapsed + run.phase) % run.period < run.period * DEV_BUSY_SHARE:
+                return run.peak * (0.5 + noise / 2)
+            return 0.0
         return 0.0  # notebook, idle: memory held, no kernels
 
 

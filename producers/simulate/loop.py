@@ -1,0 +1,157 @@
+"""The simulation's tick loop: the cluster moved to the next tick's event time, its changes
+written to the API server and the nodes, every node sampled, at `speed` times real time.
+
+Event time is `epoch + ticks * interval`, the same for every node and every pod change,
+however fast or late the wall clock runs: a tick that comes late is taken late, never
+skipped, so samples tile event time without gaps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from producers.agent import Publish
+from producers.k8s.apiserver import FakeApiServer
+from producers.simulate.cluster import Change, Cluster
+from producers.simulate.kube import KubeMirror
+from producers.simulate.nodes import NodeFleet
+from producers.simulate.scenario import Fault, Scenario
+
+__all__ = ["SimClock", "Simulation", "faults_due"]
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 10.0  # wall seconds between progress lines
+
+
+class SimClock:
+    """The agents' clock: `time` is the simulation's event time, `monotonic` the real one
+    (it only times how long a tick took)."""
+
+    def __init__(self, epoch: float) -> None:
+        self.epoch = epoch
+        self._now = epoch
+
+    def time(self) -> float:
+        """Event time, epoch seconds."""
+        return self._now
+
+    def monotonic(self) -> float:
+        """Real monotonic seconds."""
+        return time.monotonic()
+
+    def now_ms(self) -> int:
+        """Event time, epoch milliseconds (the watcher's clock)."""
+        return round(self._now * 1000)
+
+    def set(self, epoch_s: float) -> None:
+        """Move event time (the loop's thread only)."""
+        self._now = epoch_s
+
+
+def faults_due(faults: tuple[Fault, ...], start: float, end: float) -> tuple[set[str], list[Fault]]:
+    """Nodes whose agent is down at `end`, and the Xids that happen in [start, end)."""
+    down = {
+        f.node for f in faults if f.kind == "agent-down" and f.at_s <= end < f.at_s + f.duration_s
+    }
+    xids = [f for f in faults if f.kind == "xid" and start <= f.at_s < end]
+    return down, xids
+
+
+class Simulation:
+    """One simulated cluster wired to an API server and a publish function of samples."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        api: FakeApiServer,
+        publish: Publish,
+        interval_s: float,
+        clock: SimClock,
+    ) -> None:
+        self.scenario = scenario
+        self.interval_s = interval_s
+        self.clock = clock
+        epoch = clock.epoch
+        self.cluster = Cluster(scenario)
+        self.mirror = KubeMirror(api, epoch)
+        self.fleet = NodeFleet(
+            self.cluster.layouts,
+            seed=scenario.seed,
+            clock=self.clock,
+            epoch=epoch,
+            interval_s=interval_s,
+            publish=publish,
+        )
+        self.ticks = 0
+        self.samples = 0
+        self.late_ticks = 0
+        """Ticks taken more than one period after they were due (the machine is too slow)."""
+        self.changes = 0
+
+    @property
+    def sim_time_s(self) -> float:
+        """Simulated seconds since the epoch."""
+        return self.ticks * self.interval_s
+
+    def prepare(self) -> None:
+        """Create the nodes and apply everything that happened before the epoch."""
+        self.mirror.create_nodes(self.cluster.layouts)
+        self._apply(self.cluster.advance(0.0))
+
+    def _apply(self, changes: list[Change]) -> None:
+        for change in changes:
+            self.mirror.apply(change)
+            self.fleet.apply(change)
+        self.changes += len(changes)
+
+    def tick(self) -> None:
+        """One interval: the cluster up to the tick's time, then one sample of every node."""
+        start = self.sim_time_s
+        self.ticks += 1
+        now = self.sim_time_s
+        self.clock.set(self.clock.epoch + now)
+        self._apply(self.cluster.advance(now))
+        down, xids = faults_due(self.scenario.faults, start, now)
+        for fault in xids:
+            node = self.fleet.nodes[fault.node]
+            gpu = next(g for g in node.layout.gpus if g.index == fault.gpu and not g.parent_uuid)
+            node.reader.inject_xid(gpu.uuid, fault.code)
+        self.samples += self.fleet.tick(frozenset(down))
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        speed: float,
+        duration_s: float | None,
+        until_s: float | None = None,
+        report: Callable[[Simulation], None] | None = None,
+    ) -> None:
+        """Tick every `interval_s / speed` wall seconds until `stop`, `duration_s` wall
+        seconds, or `until_s` simulated seconds after the epoch, whichever comes first."""
+        period = self.interval_s / speed
+        started = time.monotonic()
+        next_report = started + REPORT_EVERY_S
+        k = 0
+        while not stop.is_set():
+            if until_s is not None and self.sim_time_s + self.interval_s > until_s + 1e-9:
+                break
+            k += 1
+            due = started + k * period
+            if duration_s is not None and due - started > duration_s + 1e-9:
+                break
+            wait = due - time.monotonic()
+            if wait > 0:
+                if stop.wait(wait):
+                    break
+            elif -wait > period:
+                self.late_ticks += 1
+            self.tick()
+            if report is not None and time.monotonic() >= next_report:
+                next_report += REPORT_EVERY_S
+                report(self)

@@ -1,0 +1,367 @@
+"""A simulation wired to the real producers: the in-process API server watched by the real
+Kubernetes watcher (through the `kubernetes` client), the simulated nodes' real agents,
+and the real publishing path (Publisher, outbox, KafkaSender) to the three topics.
+
+One publisher serves every node's samples and one watcher every namespace, so a fleet of
+hundreds of GPUs costs one process a fraction of a core at 1 Hz.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import msgspec
+
+from producers.k8s.apiserver import FakeApiServer
+from producers.k8s.client import KubernetesApi
+from producers.k8s.watcher import K8sWatcher
+from producers.kafka_sender import KafkaSender
+from producers.publisher import MessageSender, Publisher
+from producers.simulate.loop import SimClock, Simulation
+from producers.simulate.scenario import Scenario
+from schemas.codec import TopicSpec
+from schemas.settings import Settings
+from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
+
+__all__ = [
+    "SenderFactory",
+    "SimulationHandle",
+    "SimulationService",
+    "SimulationSummary",
+    "run_simulation",
+    "start_simulation",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=msgspec.Struct)
+SenderFactory = Callable[[str, str], MessageSender]
+"""(full topic name, client id) -> the sender of that topic."""
+
+WATCH_BUFFER_BYTES = 64 << 20  # as the watcher's: hours of a busy cluster's pod churn
+SYNC_TIMEOUT_S = 15.0  # the watcher's first lists; a local API server answers in milliseconds
+DRAIN_TIMEOUT_S = 10.0  # the watcher publishing the last changes before it stops
+FLUSH_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class SimulationSummary:
+    """What a simulation did, for the command line and for callers."""
+
+    scenario: str
+    seed: int
+    speed: float
+    epoch_ms: int
+    end_ms: int
+    """Event time reached."""
+    ticks: int
+    late_ticks: int
+    nodes: int
+    gpus: int
+    samples: int
+    pods: dict[str, str]
+    """`namespace/name` -> status (Pending, Running, CrashLoopBackOff, Completed, ...)."""
+    sent: dict[str, int]
+    """Messages acknowledged by Kafka, by topic (short name)."""
+    dropped: dict[str, int]
+    failed: dict[str, int]
+    wall_s: float
+    cpu_s: float
+    """Process CPU seconds while it ran (every thread, the Kafka clients' included)."""
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    """`namespace/name` -> the scheduler's message, for pods Pending that fit nowhere."""
+
+    def status_counts(self) -> dict[str, int]:
+        """How many pods end in each status."""
+        return dict(sorted(Counter(self.pods.values()).items()))
+
+
+def _kafka_senders(settings: Settings) -> SenderFactory:
+    def make(topic: str, client_id: str) -> MessageSender:
+        return KafkaSender(
+            settings.kafka,
+            topic,
+            client_id=client_id,
+            delivery_timeout_s=settings.agent.delivery_timeout_s,
+        )
+
+    return make
+
+
+def _emitter(publisher: Publisher, spec: TopicSpec[T]) -> Callable[[T], None]:
+    def emit(value: T) -> None:
+        publisher.publish(spec.key_of(value).encode(), spec.encode(value))
+
+    return emit
+
+
+class SimulationService:
+    """API server, simulated cluster, watcher and publishers together: start, run, stop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        scenario: Scenario,
+        *,
+        speed: float = 1.0,
+        epoch_s: float | None = None,
+        senders: SenderFactory | None = None,
+    ) -> None:
+        if speed <= 0:
+            raise ValueError(f"speed must be above 0, not {speed}")
+        self.settings = settings
+        self.scenario = scenario
+        self.speed = speed
+        epoch = float(int(time.time() if epoch_s is None else epoch_s))
+        make = senders or _kafka_senders(settings)
+        prefix = settings.kafka.topic_prefix
+        self.publishers: dict[str, Publisher] = {
+            NVML_SAMPLES.name: Publisher(
+                make(NVML_SAMPLES.full_name(prefix), "gpuwatch-simulate-nodes"),
+                settings.agent.buffer_bytes,
+            ),
+            K8S_PODS.name: Publisher(
+                make(K8S_PODS.full_name(prefix), "gpuwatch-simulate-pods"), WATCH_BUFFER_BYTES
+            ),
+            K8S_NODES.name: Publisher(
+                make(K8S_NODES.full_name(prefix), "gpuwatch-simulate-nodes-k8s"),
+                WATCH_BUFFER_BYTES,
+            ),
+        }
+        clock = SimClock(epoch)
+        self.api = FakeApiServer(clock=clock.time)
+        self.simulation = Simulation(
+            scenario,
+            api=self.api,
+            publish=self.publishers[NVML_SAMPLES.name].publish,
+            interval_s=settings.agent.interval_s,
+            clock=clock,
+        )
+        leaking = tuple(
+            f"{spec.namespace}/{spec.name}"
+            for spec in self.simulation.cluster.initial
+            if spec.unallocated_gpus
+        )
+        watcher = settings.watcher.model_copy(
+            update={
+                "namespaces": (),  # one cluster-wide watch, whatever a deployment restricts
+                "label_selector": None,
+                "extra_pods": (*settings.watcher.extra_pods, *leaking),
+            }
+        )
+        self._watcher_settings = watcher
+        self.watcher: K8sWatcher | None = None
+        self._kube: KubernetesApi | None = None
+        self._started = False
+
+    def start(self, stop: threading.Event | None = None) -> None:
+        """Serve the API, apply the history before the epoch, start publishing and watching."""
+        self.api.start()
+        self._started = True
+        self.simulation.prepare()
+        for publisher in self.publishers.values():
+            publisher.start()
+        self._kube = KubernetesApi.for_host(self.api.url)
+        self.watcher = K8sWatcher(
+            self._kube,
+            self._watcher_settings,
+            emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
+            emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
+            now_ms=self.simulation.clock.now_ms,
+        )
+        self.watcher.start()
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        while not self.watcher.synced and time.monotonic() < deadline and not stop.is_set():
+            stop.wait(0.02)
+        if not self.watcher.synced and not stop.is_set():
+            log.warning("watcher not synced after %.0f s, simulating anyway", SYNC_TIMEOUT_S)
+
+    def _drained(self) -> bool:
+        """Whether the watcher has seen every change written to the API server."""
+        watcher = self.watcher
+        if watcher is None:
+            return True
+        latest = int(self.api.resource_version)
+        return all(int(w.resource_version or 0) >= latest for w in watcher.watches)
+
+    def stop(self) -> None:
+        """Let the watcher catch up, stop it, flush the publishers, close the API server."""
+        if self.watcher is not None:
+            self.api.bookmark()  # moves every watch to the latest resourceVersion
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            while not self._drained() and time.monotonic() < deadline:
+                time.sleep(0.02)
+                self.api.bookmark()
+            self.watcher.stop()
+        for publisher in self.publishers.values():
+            publisher.stop(timeout_s=FLUSH_TIMEOUT_S)
+        if self._kube is not None:
+            self._kube.close()
+        if self._started:
+            self.api.close()
+
+    def summary(self, *, wall_s: float, cpu_s: float) -> SimulationSummary:
+        """The summary as things stand."""
+        sim = self.simulation
+        pods = {f"{p.spec.namespace}/{p.spec.name}": p.status for p in sim.cluster.pods.values()}
+        waiting = {
+            f"{p.spec.namespace}/{p.spec.name}": p.unschedulable
+            for p in sim.cluster.pods.values()
+            if p.unschedulable is not None
+        }
+        return SimulationSummary(
+            scenario=self.scenario.name,
+            seed=self.scenario.seed,
+            speed=self.speed,
+            epoch_ms=round(sim.clock.epoch * 1000),
+            end_ms=sim.clock.now_ms(),
+            ticks=sim.ticks,
+            late_ticks=sim.late_ticks,
+            nodes=len(sim.cluster.layouts),
+            gpus=sum(n.physical_gpus for n in sim.cluster.layouts),
+            samples=sim.samples,
+            pods=dict(sorted(pods.items())),
+            sent={name: p.stats.sent for name, p in self.publishers.items()},
+            dropped={name: p.outbox.dropped for name, p in self.publishers.items()},
+            failed={name: p.stats.failed for name, p in self.publishers.items()},
+            wall_s=wall_s,
+            cpu_s=cpu_s,
+            unschedulable=dict(sorted(waiting.items())),
+        )
+
+
+def _report(sim: Simulation) -> None:
+    counts = Counter(p.status for p in sim.cluster.pods.values())
+    log.info(
+        "simulated t_s=%.0f ticks=%d samples=%d late_ticks=%d pods=%s",
+        sim.sim_time_s,
+        sim.ticks,
+        sim.samples,
+        sim.late_ticks,
+        ",".join(f"{k}:{v}" for k, v in sorted(counts.items())),
+    )
+
+
+def run_simulation(
+    settings: Settings,
+    scenario: Scenario,
+    *,
+    speed: float = 1.0,
+    duration_s: float | None = None,
+    stop_event: threading.Event | None = None,
+    epoch_s: float | None = None,
+    until_s: float | None = None,
+    senders: SenderFactory | None = None,
+) -> SimulationSummary:
+    """Run `scenario` until `stop_event` is set, `duration_s` wall seconds pass, or event
+    time reaches `until_s` simulated seconds after the epoch.
+
+    Event time starts at `epoch_s` (default: now, whole seconds) and runs `speed` times
+    faster than wall time. Samples go to nvml.samples, pod and node changes (through the
+    watcher) to k8s.pods and k8s.nodes, under the settings' topic prefix; the topics must
+    exist. `senders` replaces the Kafka clients (tests).
+    """
+    stop = stop_event or threading.Event()
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    service = SimulationService(settings, scenario, speed=speed, epoch_s=epoch_s, senders=senders)
+    log.info(
+        "simulation starting scenario=%s seed=%d nodes=%d speed=%g interval_s=%g topics=%s*",
+        scenario.name,
+        scenario.seed,
+        len(service.simulation.cluster.layouts),
+        speed,
+        settings.agent.interval_s,
+        settings.kafka.topic_prefix,
+    )
+    try:
+        service.start(stop)
+        service.simulation.run(
+            stop, speed=speed, duration_s=duration_s, until_s=until_s, report=_report
+        )
+    finally:
+        service.stop()
+    summary = service.summary(wall_s=time.monotonic() - wall0, cpu_s=time.process_time() - cpu0)
+    log.info(
+        "simulation stopped scenario=%s ticks=%d samples=%d sent=%s dropped=%s pods=%s",
+        summary.scenario,
+        summary.ticks,
+        summary.samples,
+        summary.sent,
+        summary.dropped,
+        summary.status_counts(),
+    )
+    return summary
+
+
+class SimulationHandle:
+    """A simulation on a thread of its own: `stop()` ends it and returns its summary."""
+
+    def __init__(self, target: Callable[[threading.Event], SimulationSummary]) -> None:
+        self.summary: SimulationSummary | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._target = target
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-simulate", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.summary = self._target(self._stop)
+        except BaseException as exc:  # kept for the caller of stop()/wait()
+            log.exception("simulation failed")
+            self.error = exc
+
+    def start(self) -> SimulationHandle:
+        """Start the thread."""
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the simulation still runs."""
+        return self._thread.is_alive()
+
+    def wait(self, timeout_s: float | None = None) -> SimulationSummary | None:
+        """Wait for the end (its duration); the summary, None if still running."""
+        self._thread.join(timeout_s)
+        if self.error is not None:
+            raise RuntimeError("the simulation failed") from self.error
+        return None if self._thread.is_alive() else self.summary
+
+    def stop(self, timeout_s: float = 30.0) -> SimulationSummary | None:
+        """Stop it (flushing what is buffered) and wait; the summary."""
+        self._stop.set()
+        return self.wait(timeout_s)
+
+
+def start_simulation(
+    settings: Settings,
+    scenario: Scenario,
+    *,
+    speed: float = 1.0,
+    duration_s: float | None = None,
+    epoch_s: float | None = None,
+    until_s: float | None = None,
+    senders: SenderFactory | None = None,
+) -> SimulationHandle:
+    """`run_simulation` on a background thread (until `stop()` or `duration_s`)."""
+
+    def target(stop: threading.Event) -> SimulationSummary:
+        return run_simulation(
+            settings,
+            scenario,
+            speed=speed,
+            duration_s=duration_s,
+            stop_event=stop,
+            epoch_s=epoch_s,
+            until_s=until_s,
+            senders=senders,
+        )
+
+    return SimulationHandle(target).start()

@@ -1,0 +1,121 @@
+"""The simulated cluster's hardware: nodes, their GPUs and MIG instances, and the devices
+the device plugin advertises to the scheduler (whole GPUs, time-slicing replicas, MIG
+instances), derived from a scenario's node pools."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass
+
+from producers.sim import GPU_MODELS, SimGpu
+from producers.sim_node import sim_gpu_uuid
+from producers.simulate.scenario import NodePool, Scenario, mig_instance_bytes, node_names
+
+__all__ = ["GPU_RESOURCE", "Device", "NodeLayout", "layout", "mig_resource"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+INSTANCE_TYPES = {"h100": "p5.48xlarge", "h200": "p5en.48xlarge", "l40s": "g6e.48xlarge"}
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource of a MIG profile under the `mixed` strategy."""
+    return f"nvidia.com/mig-{profile}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device the scheduler can hand out: `id` as the plugin names it, `uuid` the GPU or
+    MIG instance its processes run on."""
+
+    id: str
+    uuid: str
+    resource: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """One node: its GPUs (MIG parents and instances included) and schedulable devices."""
+
+    name: str
+    pool: str
+    model: str
+    sharing: str
+    replicas: int
+    instance_type: str
+    gpus: tuple[SimGpu, ...]
+    devices: tuple[Device, ...]
+
+    @property
+    def product(self) -> str:
+        """The `nvidia.com/gpu.product` label GPU feature discovery writes."""
+        product = GPU_MODELS[self.model].name.replace(" ", "-")
+        return f"{product}-SHARED" if self.sharing == "time-slicing" else product
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """GPU resources the node advertises, by name."""
+        out: dict[str, int] = {GPU_RESOURCE: 0} if self.sharing == "mig" else {}
+        for device in self.devices:
+            out[device.resource] = out.get(device.resource, 0) + 1
+        return out
+
+    @property
+    def compute_uuids(self) -> tuple[str, ...]:
+        """Where processes run: whole GPUs, or the MIG instances of a MIG node."""
+        parents = {gpu.parent_uuid for gpu in self.gpus if gpu.parent_uuid is not None}
+        return tuple(gpu.uuid for gpu in self.gpus if gpu.uuid not in parents)
+
+    def memory_of(self, uuid: str) -> int:
+        """Total memory of a GPU or MIG instance of this node."""
+        return next(gpu.mem_total_bytes for gpu in self.gpus if gpu.uuid == uuid)
+
+    @property
+    def physical_gpus(self) -> int:
+        """Physical GPUs (a MIG parent counts once, its instances not)."""
+        return sum(1 for gpu in self.gpus if gpu.parent_uuid is None)
+
+
+def _mig_uuid(node: str, gpu: int, instance: int) -> str:
+    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/gpu/{gpu}/mig/{instance}"))
+
+
+def _node(pool: NodePool, name: str) -> NodeLayout:
+    gpus: list[SimGpu] = []
+    devices: list[Device] = []
+    replicas = pool.replicas or 1
+    for i in range(pool.gpus_per_node):
+        gpu = SimGpu.preset(pool.model, sim_gpu_uuid(name, i), i)
+        gpus.append(gpu)
+        if pool.sharing == "mig":
+            for j, profile in enumerate(pool.mig_profiles):
+                instance = SimGpu(
+                    uuid=_mig_uuid(name, i, j),
+                    index=i,
+                    model=gpu.model,
+                    mem_total_bytes=mig_instance_bytes(profile),
+                    power_idle_w=gpu.power_idle_w,
+                    power_max_w=gpu.power_max_w,
+                    parent_uuid=gpu.uuid,
+                    mig_profile=profile,
+                )
+                gpus.append(instance)
+                devices.append(Device(instance.uuid, instance.uuid, mig_resource(profile)))
+        elif pool.sharing == "time-slicing":
+            devices += [Device(f"{gpu.uuid}::{r}", gpu.uuid, GPU_RESOURCE) for r in range(replicas)]
+        else:
+            devices.append(Device(gpu.uuid, gpu.uuid, GPU_RESOURCE))
+    return NodeLayout(
+        name=name,
+        pool=pool.pool,
+        model=pool.model,
+        sharing=pool.sharing,
+        replicas=replicas,
+        instance_type=pool.instance_type or INSTANCE_TYPES.get(pool.model, "gpu.metal"),
+        gpus=tuple(gpus),
+        devices=tuple(devices),
+    )
+
+
+def layout(scenario: Scenario) -> tuple[NodeLayout, ...]:
+    """Every node of the scenario, pool by pool, in name order within a pool."""
+    return tuple(_node(pool, name) for pool in scenario.nodes for name in node_names(pool))

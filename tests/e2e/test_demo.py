@@ -1,0 +1,120 @@
+"""`gpuwatch demo` as a user runs it: the small scenario, a minute at ten times speed, into Redis.
+
+Everything is real: the stack of the session, the node agents and the watcher driven by the
+simulator (lz4-compressed batches, as deployed), the worker with its Redis writer and its
+/metrics, and `gpuwatch top --once` at the end. The demo has its own topics, consumer groups,
+Redis database and metrics port, so it touches nothing of other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from kafka import KafkaAdminClient
+
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+GPUWATCH = Path(sys.executable).with_name("gpuwatch")
+DB = 8  # the demo's Redis database in this test
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def demo_scope(stack: Settings) -> Iterator[dict[str, str]]:
+    """Environment of a demo run of its own; its topics, groups and Redis data go after."""
+    tag = uuid.uuid4().hex[:8]
+    env = {
+        "GPUWATCH_TOPIC_PREFIX": f"gwdemo-{tag}.",
+        "GPUWATCH_APP_ID": f"gwdemo-{tag}",
+        "GPUWATCH_KAFKA_PARTITIONS": "3",
+        "GPUWATCH_REDIS_URL": f"redis://127.0.0.1:{stack.stack.redis_port}/{DB}",
+        "GPUWATCH_METRICS_PORT": str(free_port()),
+    }
+    client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
+    client.flushdb()
+    yield env
+    client.flushdb()
+    client.close()
+    admin = KafkaAdminClient(**stack.kafka.client_options())
+    try:
+        names = [n for n in admin.list_topics() if n.startswith(env["GPUWATCH_TOPIC_PREFIX"])]
+        if names:
+            admin.delete_topics(names)
+        known = {g["group_id"] for g in admin.list_groups()}
+        if gone := [g for g in known if g.startswith(env["GPUWATCH_APP_ID"])]:
+            admin.delete_groups(gone)
+    finally:
+        admin.close()
+
+
+def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
+    stack: Settings, demo_scope: dict[str, str]
+) -> None:
+    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "10"]
+    argv += ["--duration", "60", "--no-ui"]
+    result = subprocess.run(
+        argv,
+        env={**os.environ, **demo_scope},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "Where to look" in result.stdout
+    assert "http://127.0.0.1:9090/alerts" in result.stdout
+
+    client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
+    pods = {}
+    for state in ("queued", "running", "stalled", "finished"):
+        for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
+            fields = client.hgetall(f"gpuwatch:pod:{uid}")
+            pods[f"{fields['namespace']}/{fields['pod']}"] = (state, fields.get("reason", ""))
+    # scenarios/small.yaml over its first ~550 simulated seconds: the notebook idles (stalled
+    # after the demo's 120 s), bert is OOMKilled at 275 s, eval-sweep waits for two GPUs on
+    # one node until 605 s, vision-train and the others run.
+    assert pods["research/notebook-ana-0"] == ("stalled", "Idle")
+    assert pods["research/bert-oom-0"] == ("finished", "OOMKilled")
+    assert pods["research/eval-sweep-0"] == ("queued", "Unschedulable")
+    for name in ("vision-train-0", "vision-train-1", "llm-finetune-0"):
+        assert pods[f"research/{name}"] == ("running", ""), name
+    assert pods["serving/chat-serving-0"] == ("running", "")
+
+    alerts = [json.loads(raw) for raw in client.hgetall("gpuwatch:alerts:firing").values()]
+    firing = {(a["name"], a["labels"].get("pod", a["subject"].get("uuid"))) for a in alerts}
+    assert ("PodStalled", "notebook-ana-0") in firing, firing
+    assert ("PodQueuedTooLong", "eval-sweep-0") in firing, firing
+    assert {name for name, _ in firing} >= {"GpuIdleAllocated"}
+    # Cost accrues: the long-running pods have lifetime totals from their windows.
+    assert float(client.hget(f"gpuwatch:pod:{_uid(client, 'llm-finetune-0')}", "cost_usd")) > 0
+
+    # The live view printed at the end shows the same.
+    top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
+    row = next(line for line in top.splitlines() if line.startswith("research/notebook-ana-0"))
+    assert row.split()[2:4] == ["stalled", "Idle"], row
+    assert "PodQueuedTooLong" in top
+
+
+def _uid(client: redis.Redis, pod: str) -> str:
+    for state in ("queued", "running", "stalled", "finished"):
+        for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
+            if client.hget(f"gpuwatch:pod:{uid}", "pod") == pod:
+                return str(uid)
+    raise AssertionError(f"no pod {pod} in Redis")

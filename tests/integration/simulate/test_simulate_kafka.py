@@ -1,0 +1,188 @@
+"""`small` simulated into the real local Kafka: what lands in nvml.samples, k8s.pods and
+k8s.nodes validates and shows the scenario's pods in the phases it gives; and
+`gpuwatch simulate` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from topic_io import consume_all
+
+from producers.simulate.runner import run_simulation
+from producers.simulate.scenario import load_scenario
+from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample, TopicSpec
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+GPUWATCH = Path(sys.executable).with_name("gpuwatch")
+S = 1000
+SIMULATED_S = 330  # past bert-oom's OOM kill at 275 s, before vision-train completes at 605 s
+
+
+def decoded(settings: Settings, spec: TopicSpec[Any], validator: Draft202012Validator) -> list[Any]:
+    """Every record of the topic, validated against its JSON Schema, decoded, key checked."""
+    values = []
+    for record in consume_all(settings, spec.full_name(settings.kafka.topic_prefix)):
+        errors = [e.message for e in validator.iter_errors(json.loads(record.value))]
+        assert errors == [], f"{spec.name} offset {record.offset}: {errors}"
+        value = spec.decode(record.value)
+        assert record.key == spec.key_of(value).encode()
+        values.append(value)
+    return values
+
+
+def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
+    scoped: Settings, validators: dict[str, Draft202012Validator]
+) -> None:
+    epoch = int(time.time()) - 3600
+
+    summary = run_simulation(
+        scoped,
+        load_scenario("small"),
+        speed=100,
+        until_s=SIMULATED_S,
+        duration_s=60,  # a safety net: 330 ticks take 3.3 s at this speed
+        epoch_s=epoch,
+    )
+
+    assert summary.ticks == SIMULATED_S
+    assert summary.sent == {"nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3}
+    assert summary.dropped == {"nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0}
+    samples: list[NvmlSample] = decoded(scoped, NVML_SAMPLES, validators[NVML_SAMPLES.name])
+    pods: list[K8sPod] = decoded(scoped, K8S_PODS, validators[K8S_PODS.name])
+    nodes = decoded(scoped, K8S_NODES, validators[K8S_NODES.name])
+
+    assert sorted(n.node for n in nodes) == ["h100-0", "h100-1", "l40s-0"]
+    assert {n.node: n.gpu_capacity for n in nodes}["l40s-0"] == {"nvidia.com/gpu": 8}
+    check_samples(samples, epoch)
+    check_pods(pods, epoch)
+
+
+def check_samples(samples: list[NvmlSample], epoch: int) -> None:
+    by_node: dict[str, list[NvmlSample]] = {}
+    for sample in samples:
+        by_node.setdefault(sample.node, []).append(sample)
+    assert sorted(by_node) == ["h100-0", "h100-1", "l40s-0"]
+    for node, mine in by_node.items():
+        mine.sort(key=lambda s: s.seq)
+        assert [s.seq for s in mine] == list(range(SIMULATED_S)), node
+        assert [s.ts for s in mine] == [(epoch + i) * S for i in range(SIMULATED_S)], node
+        assert {s.interval_ms for s in mine} == {S}
+    # h100-0: chat-serving, llm-finetune (2 GPUs) and, from 30 s until 275 s, bert-oom.
+    pods_0 = [sorted(a.pod for a in s.allocations) for s in by_node["h100-0"]]
+    assert pods_0[29] == ["chat-serving-0", "llm-finetune-0"]
+    assert pods_0[30] == ["bert-oom-0", "chat-serving-0", "llm-finetune-0"]
+    assert pods_0[274] == pods_0[30]
+    assert pods_0[275] == pods_0[29]
+    bert_gpu = next(a for a in by_node["h100-0"][100].allocations if a.pod == "bert-oom-0")
+    (gpu,) = [g for g in by_node["h100-0"][100].gpus if g.uuid in bert_gpu.device_ids]
+    assert [p.pod_uid for p in gpu.processes] == [bert_gpu.pod_uid]
+    utils = [g.util_pct for s in by_node["h100-0"][40:270] for g in s.gpus if g.uuid == gpu.uuid]
+    assert len(utils) == 230
+    assert 60 < sum(u or 0 for u in utils) / len(utils) <= 100  # training, data-loader pauses
+    # The L40S node: three dev pods time-slicing its two GPUs, two on GPU 0.
+    shared = by_node["l40s-0"][10]
+    assert {g.sharing for g in shared.gpus} == {"time-slicing"}
+    holders = sorted(len(g.processes) for g in shared.gpus)
+    assert holders == [1, 2]
+    assert len(shared.allocations) == 3
+    assert all("::" not in d for a in shared.allocations for d in a.device_ids)
+
+
+def check_pods(pods: list[K8sPod], epoch: int) -> None:
+    final = {pod.name: pod for pod in pods}
+    assert {name: pod.phase for name, pod in final.items()} == {
+        "chat-serving-0": "Running",
+        "notebook-ana-0": "Running",
+        "llm-finetune-0": "Running",
+        "dev-0": "Running",
+        "dev-1": "Running",
+        "dev-2": "Running",
+        "vision-train-0": "Running",
+        "vision-train-1": "Running",
+        "bert-oom-0": "Failed",
+        "eval-sweep-0": "Pending",
+    }
+    bert = final["bert-oom-0"]
+    assert [(c.state, c.reason, c.exit_code) for c in bert.containers] == [
+        ("terminated", "OOMKilled", 137)
+    ]
+    assert (bert.finished_at, bert.started_at) == ((epoch + 30) * S + 245 * S, (epoch + 30) * S)
+    assert bert.node == "h100-0"
+    assert bert.labels == {
+        "team": "nlp",
+        "project": "bert-large",
+        "app.kubernetes.io/name": "bert-oom",
+    }
+    assert bert.owner is not None
+    assert (bert.owner.kind, bert.owner.name) == ("Job", "bert-oom")
+    # bert-oom's story, one message per change, each at the time it happened.
+    story = [(p.type, p.phase, p.ts // S - epoch) for p in pods if p.name == "bert-oom-0"]
+    assert story == [
+        ("ADDED", "Pending", 30),  # created
+        ("MODIFIED", "Pending", 30),  # bound, ContainerCreating
+        ("MODIFIED", "Running", 35),
+        ("MODIFIED", "Failed", 275),
+    ]
+    sweep = final["eval-sweep-0"]
+    assert (sweep.node, sweep.created_at, sweep.gpu_request) == (
+        None,
+        (epoch + 60) * S,
+        {"nvidia.com/gpu": 2},
+    )
+    assert [(c.type, c.status, c.reason) for c in sweep.conditions] == [
+        ("PodScheduled", "False", "Unschedulable")
+    ]
+    vision = final["vision-train-0"]
+    assert (vision.node, vision.started_at) == ("h100-1", epoch * S)
+    assert [(c.state, c.restarts) for c in vision.containers] == [("running", 0)]
+
+
+def test_the_simulate_command_runs_a_scenario_and_prints_where_pods_ended(
+    scoped: Settings,
+) -> None:
+    env = {
+        **os.environ,
+        "GPUWATCH_TOPIC_PREFIX": scoped.kafka.topic_prefix,
+        "GPUWATCH_KAFKA_BOOTSTRAP": scoped.kafka.bootstrap,
+    }
+    argv = [str(GPUWATCH), "simulate", "--scenario", "incident", "--speed", "100"]
+    argv += ["--until", "40", "--duration", "30", "--epoch", "2025-11-29T10:00:00Z"]
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("scenario incident (seed 42): 3 nodes, 12 GPUs, 40 s simulated")
+    assert lines[1].startswith("published: nvml.samples 120 sent, k8s.pods ")
+    assert "  nlp/broken-trainer-0" in done.stdout
+    broken = next(line for line in lines if "broken-trainer-0" in line)
+    assert broken.split()[-1] == "CrashLoopBackOff"  # crashed at 35 s, back at 45 s
+    assert "simulation stopped scenario=incident ticks=40" in done.stderr
+
+
+def test_the_simulate_command_refuses_a_bad_scenario_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes:\n  - pool: a\n    count: many\n", encoding="utf-8")
+
+    done = subprocess.run(
+        [str(GPUWATCH), "simulate", "--scenario", str(bad), "--no-topic-check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"gpuwatch: {bad}: Expected `int`, got `str` - at `$.nodes[0].count`"
+    )
