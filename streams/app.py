@@ -14,6 +14,7 @@ import os
 import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -258,8 +259,17 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         lateness_ms=settings.windows.allowed_lateness_s * 1000,
         rules=settings.rules,
         prices=PriceBook(settings.cost.prices),
+        now_ms=_wall_ms,
     )
-    return node, PodConfig(prefix, settings.kafka.partitions, settings.rules, settings.windows)
+    pod = PodConfig(
+        prefix, settings.kafka.partitions, settings.rules, settings.windows, now_ms=_wall_ms
+    )
+    return node, pod
+
+
+def _wall_ms() -> int:
+    """The wall clock in epoch ms: only to refuse event times a day in the future."""
+    return int(time.time() * 1000)
 
 
 def build(

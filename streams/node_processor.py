@@ -54,6 +54,8 @@ class NodeConfig:
     flush_ms: int = FLUSH_MS
     live: Callable[[NvmlSample], None] | None = None
     """Called with each new sample once processed (live GPU state for the sinks)."""
+    now_ms: Callable[[], int] | None = None
+    """The wall clock, for the one check of event time against it (data a day ahead)."""
 
 
 class NodePartition:
@@ -141,7 +143,7 @@ class NodePartition:
         except SchemaError as exc:
             out.rejected(source, raw, exc)
             return None
-        errors = check_sample(sample, self.stream_time)
+        errors = check_sample(sample, None if c.now_ms is None else c.now_ms())
         if errors:
             out.dead(source, raw, "; ".join(errors))
             return None

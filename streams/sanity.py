@@ -30,7 +30,7 @@ __all__ = [
 
 MIN_TS_MS = 1_420_070_400_000  # 2015-01-01Z: before Kubernetes 1.0; less is seconds, not ms
 MAX_TS_MS = 4_102_444_800_000  # 2100-01-01Z: more is micro- or nanoseconds, not ms
-MAX_AHEAD_MS = 86_400_000  # a day ahead of the watermark: no synced clock is that far off
+MAX_AHEAD_MS = 86_400_000  # a day ahead of the wall clock: no synced clock is that far off
 MIN_INTERVAL_MS = 10  # NVML averages utilization over ~100 ms; under 10 ms is no sample
 MAX_INTERVAL_MS = 3_600_000  # an hour: the agent claims its nominal interval after a stall
 MAX_POWER_W = 5_000.0  # the largest GPU boards draw about 1.5 kW; more is milliwatts
@@ -46,12 +46,16 @@ def _time(field: str, ts: int, reference_ms: int | None) -> str | None:
     if ts >= MAX_TS_MS:
         return f"{field} {ts} is after 2100 (micro- or nanoseconds instead of milliseconds?)"
     if reference_ms is not None and ts > reference_ms + MAX_AHEAD_MS:
-        return f"{field} {ts} is more than a day ahead of the stream time {reference_ms}"
+        return f"{field} {ts} is more than a day ahead of the wall clock {reference_ms}"
     return None
 
 
 def check_sample(sample: NvmlSample, reference_ms: int | None) -> list[str]:
-    """Why a node sample cannot be true; `reference_ms` is the watermark (None before any).
+    """Why a node sample cannot be true; `reference_ms` is the wall clock (None: no check).
+
+    The future is judged by the wall clock, not by stream time: after a gap (a node down
+    for a week, live data after a replay of history) data far ahead of the stream time is
+    normal, and rejecting it would stop the stream time there for good.
 
     Not errors: a MIG instance whose parent is not in the sample (the parent's reading
     failed; the instance is still accountable), processes without memory readings (null is
@@ -113,7 +117,7 @@ def unknown_devices(sample: NvmlSample) -> list[str]:
 
 
 def check_pod(pod: K8sPod, reference_ms: int | None) -> list[str]:
-    """Why a pod event cannot be true; `reference_ms` is the watermark (None before any).
+    """Why a pod event cannot be true; `reference_ms` is the wall clock (None: no check).
 
     Times set by the kubelet (started, finished) come from the node's clock and may precede
     `created_at` (the API server's clock, whole seconds) by up to `CLOCK_SKEW_MS`.

@@ -135,3 +135,22 @@ def test_a_tick_closes_a_silent_partitions_windows_and_a_deleted_node_goes() -> 
     assert [a.name for a in resolved] == ["NodeTelemetryMissing"]
     assert part.take_writes()[0] == (NODE.encode(), None)  # nothing left open: it goes
     assert NODE not in part.nodes
+
+
+def test_data_after_a_week_long_gap_is_taken_and_only_the_wall_clock_bounds_the_future() -> None:
+    week = 7 * 86_400 * S
+    wall = W0 + week + 30 * S  # now: the node came back a week after its last sample
+    cfg = NodeConfig(PREFIX, 60 * S, 10 * S, RULES, PriceBook(BUILTIN_PRICES), now_ms=lambda: wall)
+    counters = Counters()
+    part, out = NodePartition(0, cfg, counters), Outputs(PREFIX, counters)
+    feed(part, samples(0, 5), out)
+    back = [msgspec.structs.replace(s, ts=s.ts + week, seq=s.seq + 5) for s in samples(0, 5)]
+    feed(part, back, out, offset=5)
+    assert counters.deadletter == 0
+    assert part.stream_time == W0 + week + 4 * S
+    # A sample two days ahead of the wall clock is refused, and moves nothing.
+    future = msgspec.structs.replace(back[-1], ts=wall + 2 * 86_400 * S, seq=10)
+    feed(part, [future], out, offset=10)
+    (letter,) = decoded(out, DEADLETTER)
+    assert "more than a day ahead of the wall clock" in letter.error
+    assert part.stream_time == W0 + week + 4 * S

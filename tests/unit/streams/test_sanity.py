@@ -100,7 +100,7 @@ def test_event_time_before_2015_after_2100_or_a_day_ahead_of_the_watermark() -> 
         "ts 1764412345000000 is after 2100 (micro- or nanoseconds instead of milliseconds?)"
     ]
     assert errors(T0 + DAY + 1, T0) == [
-        f"ts {T0 + DAY + 1} is more than a day ahead of the stream time {T0}"
+        f"ts {T0 + DAY + 1} is more than a day ahead of the wall clock {T0}"
     ]
     assert errors(T0 + DAY, T0) == []
     assert errors(T0 + 30 * DAY, None) == []  # no watermark yet: no reference to judge by
@@ -165,7 +165,7 @@ def test_pod_times_before_creation() -> None:
 
 def test_pod_event_times() -> None:
     assert check_pod(pod(ts=T0 + 2 * DAY), T0) == [
-        f"ts {T0 + 2 * DAY} is more than a day ahead of the stream time {T0}"
+        f"ts {T0 + 2 * DAY} is more than a day ahead of the wall clock {T0}"
     ]
     assert check_pod(pod(created_at=1_764_400_000), None)[0] == (
         "created_at 1764400000 is before 2015 (seconds instead of milliseconds?)"
