@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install os-deps venv codegen test lint unit stack-up stack-down demo schemas clean
+.PHONY: install os-deps venv codegen test lint unit stack-up stack-down demo schemas clean helm deploy-check
 
 install: os-deps venv
 
@@ -37,19 +37,25 @@ stack-up: install
 stack-down:
 	$(BIN)/gpuwatch stack down
 
-# The main job on one machine. Today: the local stack and the topics.
+# The main job on one machine: the stack, a simulated cluster, the worker and the
+# live view, until Ctrl-C (`gpuwatch demo --help`; DEMO_ARGS="--speed 10" to hurry).
 demo: install
-	$(BIN)/gpuwatch stack up
-	$(BIN)/gpuwatch topics create
-	@echo "Kafka 127.0.0.1:9092, Redis 127.0.0.1:6379, Prometheus http://127.0.0.1:9090"
-	@echo "stop with: $(BIN)/gpuwatch stack down"
+	$(BIN)/gpuwatch demo $(DEMO_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# A pinned helm for the chart tests, built once into ~/.cache/gpuwatch (minutes).
+helm:
+	@scripts/helm.sh version --short
+
+# The deployment files, checked offline: compose, Helm chart, dashboards, Dockerfile.
+deploy-check: venv helm
+	$(BIN)/pytest -q tests/deploy
+
 # The whole suite: lint and types, then unit, integration and e2e tests against
 # the real local stack (started here when it is not running).
-test: install lint stack-up
+test: install lint stack-up helm
 	$(BIN)/pytest -q tests
 
 clean:
