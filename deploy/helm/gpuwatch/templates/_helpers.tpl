@@ -1,0 +1,209 @@
+{{/* Names, labels, the image, and the environment every gpuwatch container shares. */}}
+
+{{- define "gpuwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuwatch.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's object name: "<fullname>-<component>". */}}
+{{- define "gpuwatch.componentName" -}}
+{{- printf "%s-%s" (include "gpuwatch.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuwatch.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpuwatch.labels" -}}
+{{ include "gpuwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: gpuwatch
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gpuwatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The Kafka security protocol from kafka.tls.enabled and kafka.sasl.enabled. */}}
+{{- define "gpuwatch.kafkaProtocol" -}}
+{{- if and .Values.kafka.tls.enabled .Values.kafka.sasl.enabled -}}SASL_SSL
+{{- else if .Values.kafka.tls.enabled -}}SSL
+{{- else if .Values.kafka.sasl.enabled -}}SASL_PLAINTEXT
+{{- else -}}PLAINTEXT
+{{- end -}}
+{{- end -}}
+
+{{/*
+Checks of values that would otherwise fail late, in a pod: secrets in plain values,
+more workers than partitions.
+*/}}
+{{- define "gpuwatch.validate" -}}
+{{- $secretVars := list "GPUWATCH_REDIS_URL" "GPUWATCH_KAFKA_SASL_PASSWORD" -}}
+{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
+{{- range $name, $_ := .Values.settings -}}
+{{- if not (hasPrefix "GPUWATCH_" $name) -}}
+{{- fail (printf "settings.%s: only GPUWATCH_* settings go here (the extraEnv of a component takes other variables)" $name) -}}
+{{- end -}}
+{{- if has $name $secretVars -}}
+{{- fail (printf "settings.%s is a secret: use redis.existingSecret or kafka.sasl.passwordSecret" $name) -}}
+{{- end -}}
+{{- if has $name $managed -}}
+{{- fail (printf "settings.%s is set by the chart from its own value (kafka.*, metrics.bind, prices, the metrics ports, nodeAgent.*)" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.redis.existingSecret.name) (regexMatch "^rediss?://[^/]*@" .Values.redis.url) -}}
+{{- fail "redis.url holds credentials: put the URL in a Secret and name it in redis.existingSecret" -}}
+{{- end -}}
+{{- if and .Values.kafka.sasl.enabled (not .Values.kafka.sasl.passwordSecret.name) -}}
+{{- fail "kafka.sasl.enabled needs kafka.sasl.passwordSecret.name (a Secret with the password)" -}}
+{{- end -}}
+{{- if gt (int .Values.worker.replicas) (int .Values.kafka.partitions) -}}
+{{- fail (printf "worker.replicas (%d) exceeds kafka.partitions (%d): the extra workers would get no partition" (int .Values.worker.replicas) (int .Values.kafka.partitions)) -}}
+{{- end -}}
+{{- if not (has .Values.nodeAgent.backend (list "nvml" "sim")) -}}
+{{- fail "nodeAgent.backend: nvml or sim" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The environment of every gpuwatch container: Kafka (with its secret), metrics bind,
+prices, the settings passthrough. Redis is added by the worker alone. Called with
+(dict "root" $ "prices" bool): the topics hook runs before the prices ConfigMap exists
+and needs no prices.
+*/}}
+{{- define "gpuwatch.env" -}}
+{{- $prices := .prices -}}
+{{- with .root -}}
+- name: GPUWATCH_KAFKA_BOOTSTRAP
+  value: {{ required "kafka.bootstrap is required" .Values.kafka.bootstrap | quote }}
+- name: GPUWATCH_TOPIC_PREFIX
+  value: {{ .Values.kafka.topicPrefix | quote }}
+- name: GPUWATCH_APP_ID
+  value: {{ .Values.kafka.appId | quote }}
+- name: GPUWATCH_KAFKA_PARTITIONS
+  value: {{ .Values.kafka.partitions | quote }}
+- name: GPUWATCH_KAFKA_REPLICATION_FACTOR
+  value: {{ .Values.kafka.replicationFactor | quote }}
+- name: GPUWATCH_KAFKA_SECURITY_PROTOCOL
+  value: {{ include "gpuwatch.kafkaProtocol" . | quote }}
+{{- if .Values.kafka.sasl.enabled }}
+- name: GPUWATCH_KAFKA_SASL_MECHANISM
+  value: {{ .Values.kafka.sasl.mechanism | quote }}
+- name: GPUWATCH_KAFKA_SASL_USERNAME
+  value: {{ .Values.kafka.sasl.username | quote }}
+- name: GPUWATCH_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.kafka.sasl.passwordSecret.name | quote }}
+      key: {{ .Values.kafka.sasl.passwordSecret.key | quote }}
+{{- end }}
+{{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+- name: GPUWATCH_KAFKA_SSL_CAFILE
+  value: {{ printf "/etc/gpuwatch/kafka-ca/%s" .Values.kafka.tls.caSecret.key | quote }}
+{{- end }}
+- name: GPUWATCH_METRICS_BIND
+  value: {{ .Values.metrics.bind | quote }}
+{{- if and $prices .Values.prices }}
+- name: GPUWATCH_PRICES
+  value: /etc/gpuwatch/prices/prices.yaml
+{{- end }}
+{{- range $name, $value := .Values.settings }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The worker's Redis URL: from a Secret, or the plain value. */}}
+{{- define "gpuwatch.redisEnv" -}}
+- name: GPUWATCH_REDIS_URL
+{{- if .Values.redis.existingSecret.name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret.name | quote }}
+      key: {{ .Values.redis.existingSecret.key | quote }}
+{{- else }}
+  value: {{ .Values.redis.url | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts every container shares: /tmp (the only writable path), CAs, prices (read-only). Called like gpuwatch.env. */}}
+{{- define "gpuwatch.volumeMounts" -}}
+{{- $prices := .prices -}}
+{{- with .root -}}
+- name: tmp
+  mountPath: /tmp
+{{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+- name: kafka-ca
+  mountPath: /etc/gpuwatch/kafka-ca
+  readOnly: true
+{{- end }}
+{{- if and $prices .Values.prices }}
+- name: prices
+  mountPath: /etc/gpuwatch/prices
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuwatch.volumes" -}}
+{{- $prices := .prices -}}
+{{- with .root -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 256Mi
+{{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .Values.kafka.tls.caSecret.name | quote }}
+    items:
+      - key: {{ .Values.kafka.tls.caSecret.key | quote }}
+        path: {{ .Values.kafka.tls.caSecret.key | quote }}
+{{- end }}
+{{- if and $prices .Values.prices }}
+- name: prices
+  configMap:
+    name: {{ include "gpuwatch.componentName" (dict "root" . "component" "prices") }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod annotations: the component's own, and a checksum of the price table, so a new table
+rolls the pods (the processes read it at start): a YAML map, or nothing. Called with
+(dict "root" $ "extra" map).
+*/}}
+{{- define "gpuwatch.podAnnotations" -}}
+{{- $annotations := deepCopy (default (dict) .extra) -}}
+{{- if .root.Values.prices -}}
+{{- $_ := set $annotations "checksum/prices" (toYaml .root.Values.prices | sha256sum) -}}
+{{- end -}}
+{{- with $annotations -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The container args: global flags, then the verb and its flags (a list). */}}
+{{- define "gpuwatch.args" -}}
+- --log-level
+- {{ .root.Values.logLevel | quote }}
+{{- range .args }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,191 @@
+"""Grafana dashboards: valid JSON whose every query uses only what gpuwatch exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy_exposition import Exported, gpuwatch_exposition
+from deploy_promql import legend_problems, problems, promtool_check, uses
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
+RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
+BOARDS = sorted(DASHBOARDS.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def exported() -> Exported:
+    return gpuwatch_exposition()
+
+
+def load(path: Path) -> dict[str, Any]:
+    board: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return board
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in board["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def targets(board: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            yield panel["title"], target
+
+
+def variable_queries(board: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(variable, PromQL selector, label) of each `label_values(selector, label)` variable."""
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        query = variable["query"]
+        text = query["query"] if isinstance(query, dict) else query
+        match = re.fullmatch(r"label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)", text)
+        assert match, f"{variable['name']}: {text}"
+        yield variable["name"], match.group(1), match.group(2)
+
+
+def test_the_dashboards_the_issue_asks_for_are_there() -> None:
+    titles = {load(path)["title"] for path in BOARDS}
+    assert titles == {
+        "gpuwatch / Fleet overview",
+        "gpuwatch / Pod",
+        "gpuwatch / Queue",
+        "gpuwatch / Alerts",
+        "gpuwatch / Pipeline health",
+    }
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.name)
+def test_a_dashboard_is_well_formed(path: Path) -> None:
+    board = load(path)
+    assert board["uid"] == path.stem  # links and provisioning find it by uid
+    assert len(board["uid"]) <= 40  # Grafana's limit
+    ids = [panel["id"] for panel in panels(board)]
+    assert len(ids) == len(set(ids))
+    variables = [v["name"] for v in board["templating"]["list"]]
+    assert variables[0] == "datasource"  # any Prometheus, picked by the viewer
+    for panel in panels(board):
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0, panel["title"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].strip(), panel["title"]
+            used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", target["expr"]))
+            assert used <= {*variables, "__rate_interval", "__range"}, panel["title"]
+
+
+def test_uids_are_unique() -> None:
+    uids = [load(path)["uid"] for path in BOARDS]
+    assert len(uids) == len(set(uids)) == 5
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.name)
+def test_every_query_uses_exported_metrics_and_labels(path: Path, exported: Exported) -> None:
+    board = load(path)
+    found = []
+    for title, target in targets(board):
+        found += [f"{title}: {p}" for p in problems(target["expr"], exported)]
+        found += [
+            f"{title}: {p}"
+            for p in legend_problems(target.get("legendFormat", ""), target["expr"], exported)
+        ]
+    for name, selector, label in variable_queries(board):
+        found += [f"${name}: {p}" for p in problems(selector, exported)]
+        metrics = uses(selector).metrics
+        if not any(label in exported.get(m, frozenset()) for m in metrics):
+            found.append(f"${name}: no label {label} on {sorted(metrics)}")
+    assert found == []
+
+
+def test_the_dashboards_cover_the_metrics_of_design_section_5(exported: Exported) -> None:
+    used: set[str] = set()
+    for path in BOARDS:
+        for _, target in targets(load(path)):
+            used |= uses(target["expr"]).metrics
+    design = {
+        "gpuwatch_pod_gpu_share_ratio",
+        "gpuwatch_pod_gpu_memory_bytes",
+        "gpuwatch_pod_state",
+        "gpuwatch_pod_state_seconds",
+        "gpuwatch_gpu_utilization_ratio",
+        "gpuwatch_gpu_allocated",
+        "gpuwatch_gpu_idle_seconds_total",
+        "gpuwatch_cost_usd_total",
+        "gpuwatch_waste_usd_total",
+        "gpuwatch_gpu_unallocated_access",
+        "gpuwatch_pipeline_lag_seconds",
+        "gpuwatch_events_total",
+        "gpuwatch_deadletter_total",
+    }
+    assert design <= set(exported)
+    assert design - used == set()
+
+
+def test_the_checker_catches_unknown_names_and_labels(exported: Exported) -> None:
+    """The checks above could not pass by accident: typos are reported."""
+    assert problems("sum(rate(gpuwatch_events_totl[5m]))", exported) == [
+        "unknown metric gpuwatch_events_totl"
+    ]
+    assert problems('gpuwatch_gpu_allocated{team="a"}', exported) == [
+        "gpuwatch_gpu_allocated has no label team"
+    ]
+    assert problems("sum by (team) (gpuwatch_gpu_allocated)", exported) == [
+        "no metric here has label team"
+    ]
+    assert problems('sum by (namespace) (gpuwatch_cost_usd_total{team=~"$team"})', exported) == []
+    assert legend_problems("{{gpu}}", "gpuwatch_cost_usd_total", exported) == [
+        "legend shows gpu, absent from the series"
+    ]
+
+
+def test_promtool_parses_every_query(tmp_path: Path) -> None:
+    exprs = [target["expr"] for path in BOARDS for _, target in targets(load(path))]
+    assert len(exprs) > 60
+    done = promtool_check(exprs, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in done.stdout
+
+
+def test_promtool_check_fails_on_a_broken_query(tmp_path: Path) -> None:
+    done = promtool_check(["sum by (team (gpuwatch_cost_usd_total)"], tmp_path)
+    assert done.returncode != 0
+
+
+def test_the_alert_rules_use_exported_metrics_too(exported: Exported) -> None:
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    found = [
+        f"{rule.get('alert') or rule.get('record')}: {p}"
+        for group in rules["groups"]
+        for rule in group["rules"]
+        for p in problems(rule["expr"], exported)
+    ]
+    assert found == []
+
+
+def test_grafana_provisioning_points_at_the_dashboards_and_prometheus() -> None:
+    sources = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text("utf-8"))
+    (source,) = sources["datasources"]
+    assert (source["type"], source["url"], source["isDefault"]) == (
+        "prometheus",
+        "http://prometheus:9090",
+        True,
+    )
+    providers = yaml.safe_load((PROVISIONING / "dashboards" / "gpuwatch.yml").read_text("utf-8"))
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file"
+    assert provider["folder"] == "gpuwatch"
+    assert provider["options"]["path"] == "/etc/grafana/dashboards/gpuwatch"

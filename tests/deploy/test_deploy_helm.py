@@ -1,0 +1,583 @@
+"""The Helm chart, rendered offline with `helm template` and checked object by object.
+
+Rendered with the default values, a TLS/SASL production-like file and a simulated-GPU
+file (deploy/helm/gpuwatch/ci/). Every Kubernetes object validates against the
+Kubernetes JSON schemas (kubernetes-validate, strict: unknown fields fail); the
+Prometheus Operator objects, for which no schema ships here, are checked by structure
+and their rules by promtool. The environment is loaded by gpuwatch's own settings
+loader, the arguments by its own parser, so a value the processes would refuse fails
+here. helm comes from scripts/helm.sh (built once into the cache; minutes the first time).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuwatch.cli import build_parser
+from gpuwatch.config import load_settings
+from schemas.settings import ENV_VARS
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "gpuwatch"
+TLS_VALUES = CHART / "ci" / "tls-sasl-values.yaml"
+SIM_VALUES = CHART / "ci" / "sim-values.yaml"
+RBAC = ROOT / "deploy" / "rbac" / "k8s-watcher.yaml"
+PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+NAMESPACE = "gpuwatch-system"
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+SECRET_VARS = {"GPUWATCH_REDIS_URL", "GPUWATCH_KAFKA_SASL_PASSWORD"}
+
+Object = dict[str, Any]
+
+# The first use may build helm (about 4 minutes on 2 busy cores).
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "helm.sh"), "--path"],
+        capture_output=True,
+        text=True,
+        timeout=880,
+        check=False,
+    )
+    if done.returncode == 3:
+        pytest.skip(done.stderr.strip())
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, "template", "gw", str(CHART), "--namespace", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def render(helm: str, *args: str) -> list[Object]:
+    done = template(helm, *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def default(helm: str) -> list[Object]:
+    return render(helm)
+
+
+@pytest.fixture(scope="module")
+def tls(helm: str) -> list[Object]:
+    return render(helm, "-f", str(TLS_VALUES))
+
+
+@pytest.fixture(scope="module")
+def sim(helm: str) -> list[Object]:
+    return render(helm, "-f", str(SIM_VALUES))
+
+
+def by_kind(objects: list[Object], kind: str) -> list[Object]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[Object], kind: str, component: str) -> Object:
+    (found,) = [
+        o
+        for o in by_kind(objects, kind)
+        if o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return found
+
+
+def pod_specs(objects: list[Object]) -> Iterator[tuple[str, Object]]:
+    for o in objects:
+        if o["kind"] in {"Deployment", "DaemonSet", "Job", "StatefulSet"}:
+            yield o["metadata"]["labels"]["app.kubernetes.io/component"], o["spec"]["template"]
+
+
+def containers(objects: list[Object]) -> Iterator[tuple[str, Object, Object]]:
+    for component, template_ in pod_specs(objects):
+        for container in template_["spec"]["containers"]:
+            yield component, template_["spec"], container
+
+
+def env_of(container: Object) -> dict[str, Object]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def prometheus_jobs() -> dict[str, int]:
+    """Job name -> port of its target in the local stack's prometheus.yml."""
+    config = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    return {
+        job["job_name"]: int(job["static_configs"][0]["targets"][0].rsplit(":", 1)[1])
+        for job in config["scrape_configs"]
+        if job["job_name"].startswith("gpuwatch-")
+    }
+
+
+# --- the objects are valid Kubernetes ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "kube"),
+    [((), "1.34.0"), ((), "1.25.0"), (("-f", str(TLS_VALUES)), "1.34.0"),
+     (("-f", str(SIM_VALUES)), "1.30.0")],
+    ids=["default", "default-min-kube", "tls-sasl", "sim"],
+)  # fmt: skip
+def test_every_object_validates_against_the_kubernetes_schemas(
+    helm: str, values: tuple[str, ...], kube: str
+) -> None:
+    objects = render(helm, "--kube-version", kube, *values)
+    checked = set()
+    for o in objects:
+        assert o["metadata"]["name"], o
+        if o["kind"] in OPERATOR_KINDS:
+            assert o["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(o, kube, strict=True)
+        checked.add(o["kind"])
+    assert {"Deployment", "DaemonSet", "ServiceAccount", "Service"} <= checked
+
+
+def test_strict_validation_catches_a_misspelt_field(default: list[Object]) -> None:
+    worker = json.loads(json.dumps(one(default, "Deployment", "worker")))
+    worker["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFileSystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(worker, "1.34.0", strict=True)
+
+
+def test_what_each_values_file_renders(
+    default: list[Object], tls: list[Object], sim: list[Object]
+) -> None:
+    def kinds(objects: list[Object]) -> list[str]:
+        return sorted(o["kind"] for o in objects)
+
+    base = [
+        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment", "Job",
+        "NetworkPolicy", "PodDisruptionBudget", "Service", "Service", "ServiceAccount",
+        "ServiceAccount", "ServiceAccount",
+    ]  # fmt: skip
+    assert kinds(default) == base
+    assert kinds(tls) == sorted(
+        [*base, "ConfigMap", "ConfigMap", "PodMonitor", "PrometheusRule", "ServiceMonitor",
+         "ServiceMonitor"]
+    )  # fmt: skip
+    assert kinds(sim) == sorted(
+        ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment", "Job",
+         "Service", "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount"]
+    )  # fmt: skip
+
+
+# --- security -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", ["default", "tls", "sim"])
+def test_every_container_is_locked_down(values: str, request: pytest.FixtureRequest) -> None:
+    objects: list[Object] = request.getfixturevalue(values)
+    seen = set()
+    for component, pod, container in containers(objects):
+        seen.add(component)
+        context = container["securityContext"]
+        assert context == {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }, component
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert "/tmp" in mounts  # the one writable path on a read-only root
+        for path, mount in mounts.items():
+            if path != "/tmp":
+                assert mount.get("readOnly") is True, (component, path)
+        assert container["resources"]["requests"], component
+        assert container["resources"]["limits"]["memory"], component
+        root = component == "node-agent" and values != "sim"
+        expected = (
+            {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}
+            if root
+            else {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001}
+        )
+        assert {k: pod["securityContext"][k] for k in expected} == expected, component
+        assert pod.get("hostPID", False) is root
+        assert pod.get("hostNetwork", False) is False
+        assert pod.get("hostIPC", False) is False
+    assert seen == {"worker", "k8s-watcher", "node-agent", "topics"}
+
+
+def test_the_node_agent_on_gpu_nodes_has_host_pids_and_read_only_kubelet_mounts(
+    tls: list[Object],
+) -> None:
+    agent = one(tls, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert agent["hostPID"] is True
+    assert agent["runtimeClassName"] == "nvidia"
+    assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert agent["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in agent["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "pod-resources": "/var/lib/kubelet/pod-resources",
+        "pod-logs": "/var/log/pods",
+    }
+    (container,) = agent["containers"]
+    env = env_of(container)
+    assert env["GPUWATCH_KUBELET_SOCKET"]["value"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert env["GPUWATCH_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert (env["NVIDIA_VISIBLE_DEVICES"]["value"], env["NVIDIA_DRIVER_CAPABILITIES"]["value"]) == (
+        "all",
+        "utility",
+    )
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # takes no GPU from pods
+
+
+def test_the_simulated_node_agent_needs_nothing_from_the_host(sim: list[Object]) -> None:
+    agent = one(sim, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert "hostPID" not in agent
+    assert all("hostPath" not in v for v in agent["volumes"])
+    assert "nodeSelector" not in agent
+    (container,) = agent["containers"]
+    assert container["args"][2:] == ["node-agent", "--backend", "sim", "--sim-gpus", "4"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(container)
+
+
+def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
+    tokens = {c: pod["spec"]["automountServiceAccountToken"] for c, pod in pod_specs(default)}
+    assert tokens == {"worker": False, "k8s-watcher": True, "node-agent": False, "topics": False}
+    accounts = {a["metadata"]["name"]: a for a in by_kind(default, "ServiceAccount")}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    for component, pod in pod_specs(default):
+        if component != "topics":  # a pre-install hook: it runs before the accounts exist
+            assert pod["spec"]["serviceAccountName"] in accounts
+
+
+def test_secrets_come_from_secrets_and_redis_only_to_the_worker(tls: list[Object]) -> None:
+    for component, _, container in containers(tls):
+        env = env_of(container)
+        for name in SECRET_VARS & set(env):
+            assert "value" not in env[name], (component, name)
+            assert "secretKeyRef" in env[name]["valueFrom"]
+        assert ("GPUWATCH_REDIS_URL" in env) is (component == "worker"), component
+        assert env["GPUWATCH_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "gpuwatch-kafka-user",
+            "key": "password",
+        }
+    worker = env_of(one(tls, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0])
+    assert worker["GPUWATCH_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpuwatch-redis",
+        "key": "url",
+    }
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (["--set", "redis.url=redis://:hunter2@redis:6379/0"], "redis.url holds credentials"),
+        (["--set", "settings.GPUWATCH_REDIS_URL=redis://r:6379/0"], "is a secret"),
+        (["--set", "settings.GPUWATCH_KAFKA_SASL_PASSWORD=x"], "is a secret"),
+        (["--set", "settings.GPUWATCH_KAFKA_BOOTSTRAP=k:9092"], "is set by the chart"),
+        (["--set", "settings.OTHER=1"], "only GPUWATCH_* settings"),
+        (["--set", "kafka.sasl.enabled=true"], "needs kafka.sasl.passwordSecret.name"),
+        (["--set", "worker.replicas=13"], "worker.replicas (13) exceeds kafka.partitions (12)"),
+        (["--set", "nodeAgent.backend=dcgm"], "nodeAgent.backend: nvml or sim"),
+    ],
+    ids=["redis-password", "redis-setting", "sasl-setting", "managed", "not-gpuwatch",
+         "sasl-no-secret", "replicas", "backend"],
+)  # fmt: skip
+def test_unsafe_or_broken_values_are_refused(helm: str, setting: list[str], message: str) -> None:
+    done = template(helm, *setting)
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+# --- the processes accept what the chart gives them --------------------------------------
+
+
+@pytest.mark.parametrize("values", ["default", "tls", "sim"])
+def test_env_names_are_settings_and_the_settings_load(
+    values: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    objects: list[Object] = request.getfixturevalue(values)
+    prices = [o for o in by_kind(objects, "ConfigMap") if "prices.yaml" in o.get("data", {})]
+    for component, _, container in containers(objects):
+        env = env_of(container)
+        names = {n for n in env if n.startswith("GPUWATCH_")}
+        assert names <= set(ENV_VARS), (component, names - set(ENV_VARS))
+        plain = {n: e["value"] for n, e in env.items() if n in names and "value" in e}
+        plain |= {n: "x" for n, e in env.items() if n in names and "valueFrom" in e}
+        if "GPUWATCH_REDIS_URL" in env and "valueFrom" in env["GPUWATCH_REDIS_URL"]:
+            plain["GPUWATCH_REDIS_URL"] = "rediss://:secret@redis:6380/0"
+        if "GPUWATCH_PRICES" in plain:  # the mounted ConfigMap, read back here
+            (table,) = prices
+            path = tmp_path / "prices.yaml"
+            path.write_text(table["data"]["prices.yaml"], encoding="utf-8")
+            plain["GPUWATCH_PRICES"] = str(path)
+        settings = load_settings(env={"HOME": str(tmp_path)} | plain)
+        assert settings.metrics.bind == "0.0.0.0"
+        if values == "tls":
+            kafka = settings.kafka
+            assert (kafka.security_protocol, kafka.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+            assert str(kafka.ssl_cafile) == "/etc/gpuwatch/kafka-ca/ca.crt"
+            assert settings.windows.window_s == 30
+            assert settings.watcher.namespaces == ("ml", "research")
+            if component != "topics":
+                assert settings.cost.prices.models == {"H100": 3.2}
+        else:
+            assert settings.kafka.security_protocol == "PLAINTEXT"
+
+
+def test_the_kafka_ca_is_mounted_where_the_setting_points(tls: list[Object]) -> None:
+    for component, pod, container in containers(tls):
+        path = env_of(container)["GPUWATCH_KAFKA_SSL_CAFILE"]["value"]
+        mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == "kafka-cluster-ca", component
+        assert path.rsplit("/", 1)[1] in {i["path"] for i in volume["secret"]["items"]}
+
+
+@pytest.mark.parametrize("values", ["default", "tls", "sim"])
+def test_container_args_parse_with_the_gpuwatch_command_line(
+    values: str, request: pytest.FixtureRequest
+) -> None:
+    objects: list[Object] = request.getfixturevalue(values)
+    handlers = {}
+    for component, _, container in containers(objects):
+        args = build_parser().parse_args(container["args"])
+        handlers[component] = (args.verb, args.handler.__name__)
+        assert args.log_level == "INFO"
+    assert handlers == {
+        "worker": ("worker", "_worker"),
+        "k8s-watcher": ("k8s-watcher", "_k8s_watcher"),
+        "node-agent": ("node-agent", "_node_agent"),
+        "topics": ("topics", "_topics_create"),
+    }
+
+
+def test_the_topics_job_runs_before_install_and_upgrade(default: list[Object]) -> None:
+    (job,) = by_kind(default, "Job")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][2:] == ["topics", "create"]
+    env = env_of(container)
+    assert env["GPUWATCH_KAFKA_PARTITIONS"]["value"] == "12"
+    assert env["GPUWATCH_KAFKA_REPLICATION_FACTOR"]["value"] == "3"
+
+
+# --- workers ------------------------------------------------------------------------------
+
+
+def test_workers_stop_gracefully_and_are_disrupted_one_at_a_time(tls: list[Object]) -> None:
+    worker = one(tls, "Deployment", "worker")
+    assert worker["spec"]["replicas"] == 6
+    pod = worker["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 30  # the worker forces its exit at 25 s
+    (pdb,) = by_kind(tls, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == worker["spec"]["selector"]["matchLabels"]
+    assert worker["spec"]["template"]["metadata"]["labels"].items() >= (
+        pdb["spec"]["selector"]["matchLabels"].items()
+    )
+
+
+def test_one_watcher_that_never_overlaps_a_second(default: list[Object]) -> None:
+    watcher = one(default, "Deployment", "k8s-watcher")
+    assert watcher["spec"]["replicas"] == 1
+    assert watcher["spec"]["strategy"] == {"type": "Recreate"}
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def grants(rules: list[Object]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
+    plain = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text(encoding="utf-8"))}
+    (role,) = by_kind(default, "ClusterRole")
+    assert role["rules"] == plain["ClusterRole"]["rules"]
+    assert grants(role["rules"]) == {
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
+    }  # fmt: skip
+    (binding,) = by_kind(default, "ClusterRoleBinding")
+    watcher = one(default, "Deployment", "k8s-watcher")["spec"]["template"]["spec"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": watcher["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+
+
+# --- Prometheus ---------------------------------------------------------------------------
+
+
+def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
+    default: list[Object],
+) -> None:
+    port_env = {
+        "worker": "GPUWATCH_METRICS_PORT",
+        "node-agent": "GPUWATCH_AGENT_METRICS_PORT",
+        "k8s-watcher": "GPUWATCH_WATCHER_METRICS_PORT",
+    }
+    defaults = load_settings(env={"HOME": "/tmp"})
+    setting = {
+        "worker": defaults.metrics.port,
+        "node-agent": defaults.agent.metrics_port,
+        "k8s-watcher": defaults.watcher.metrics_port,
+    }
+    jobs = prometheus_jobs()
+    for component, _, container in containers(default):
+        if component == "topics":
+            assert "ports" not in container
+            continue
+        (port,) = container["ports"]
+        assert port["name"] == "metrics"
+        assert port["containerPort"] == setting[component] == jobs[f"gpuwatch-{component}"]
+        assert env_of(container)[port_env[component]]["value"] == str(port["containerPort"])
+    services = {
+        s["metadata"]["labels"]["app.kubernetes.io/component"]: s["spec"]["ports"]
+        for s in by_kind(default, "Service")
+    }
+    assert services == {
+        "worker": [{"name": "metrics", "port": 9480, "targetPort": "metrics", "protocol": "TCP"}],
+        "k8s-watcher": [
+            {"name": "metrics", "port": 9482, "targetPort": "metrics", "protocol": "TCP"}
+        ],
+    }
+
+
+def test_monitors_keep_the_pod_labels_and_name_the_jobs_the_rules_use(tls: list[Object]) -> None:
+    jobs = {}
+    services = {s["metadata"]["labels"]["app.kubernetes.io/component"]: s for s in tls
+                if s["kind"] == "Service"}  # fmt: skip
+    for monitor in by_kind(tls, "ServiceMonitor") + by_kind(tls, "PodMonitor"):
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        endpoints = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+        (endpoint,) = endpoints
+        assert endpoint["port"] == "metrics"
+        # Our series carry the GPU pod's namespace and pod: the target's must not win.
+        assert endpoint["honorLabels"] is True
+        (relabel,) = endpoint["relabelings"]
+        assert (relabel["action"], relabel["targetLabel"]) == ("replace", "job")
+        component = monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        jobs[relabel["replacement"]] = component
+        if monitor["kind"] == "ServiceMonitor":
+            selector = monitor["spec"]["selector"]["matchLabels"]
+            assert services[component]["metadata"]["labels"].items() >= selector.items()
+    assert jobs == {
+        "gpuwatch-worker": "worker",
+        "gpuwatch-k8s-watcher": "k8s-watcher",
+        "gpuwatch-node-agent": "node-agent",
+    }
+    assert set(jobs) == set(prometheus_jobs())
+
+
+def test_the_prometheus_rule_is_the_rules_file_and_promtool_accepts_it(
+    tls: list[Object], tmp_path: Path
+) -> None:
+    (rule,) = by_kind(tls, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]), encoding="utf-8")
+    done = subprocess.run(
+        ["promtool", "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert {"GpuIdleAllocated", "PodStalled", "PodQueuedTooLong", "GpuUnallocatedAccess",
+            "NodeTelemetryMissing"} <= set(alerts)  # fmt: skip
+
+
+def test_the_dashboards_config_map_holds_every_dashboard(tls: list[Object]) -> None:
+    (board_map,) = [o for o in by_kind(tls, "ConfigMap") if "prices.yaml" not in o["data"]]
+    assert board_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board_map["metadata"]["annotations"]["grafana_folder"] == "gpuwatch"
+    files = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in DASHBOARDS.glob("*.json")}
+    assert {name: json.loads(text) for name, text in board_map["data"].items()} == files
+    assert len(files) == 5
+
+
+def test_network_policy_admits_only_the_metrics_ports(tls: list[Object]) -> None:
+    (policy,) = by_kind(tls, "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert ingress["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    for _, pod in pod_specs(tls):
+        assert pod["metadata"]["labels"].items() >= selected.items()
+        for container in pod["spec"]["containers"]:
+            assert [p["name"] for p in container.get("ports", [])] in ([], ["metrics"])
+
+
+# --- the chart as a package ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [(), ("-f", str(TLS_VALUES)), ("-f", str(SIM_VALUES))])
+def test_helm_lint_strict_passes(helm: str, values: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [helm, "lint", "--strict", str(CHART), *values],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+def test_the_packaged_chart_carries_the_linked_rules_and_dashboards(
+    helm: str, tls: list[Object], tmp_path: Path
+) -> None:
+    """files/ and dashboards/ link outside the chart: `helm package` must resolve them."""
+    done = subprocess.run(
+        [helm, "package", str(CHART), "-d", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (archive,) = tmp_path.glob("gpuwatch-0.1.0.tgz")
+    rendered = subprocess.run(
+        [helm, "template", "gw", str(archive), "--namespace", NAMESPACE, "-f", str(TLS_VALUES)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert [d for d in yaml.safe_load_all(rendered.stdout) if d] == tls
