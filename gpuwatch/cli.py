@@ -187,7 +187,9 @@ def _add_simulate(verbs: Any) -> None:
         "Unschedulable), pull, run, complete, get OOMKilled or crash-loop at the times the "
         "scenario gives. Event time starts at --epoch (default: now) and advances by the "
         "sample interval each tick; ticks come every interval/--speed wall seconds, so "
-        "--speed 10 shows ten simulated minutes per real minute. Deterministic for a seed. "
+        "--speed 10 shows ten simulated minutes per real minute (event time then runs ahead "
+        "of the wall clock: start long fast runs in the past with --epoch, as the worker "
+        "refuses data more than a day ahead of its clock). Deterministic for a seed. "
         "Shipped scenarios (scenarios/README.md): small, fleet, incident; --list shows them. "
         "The topics must exist (`gpuwatch topics create`). SIGTERM or Ctrl-C stops it; a "
         "summary of what was published and where each pod ended is printed.",

@@ -28,7 +28,8 @@ __all__ = ["POOL_LABEL", "KubeMirror", "node_object", "pod_object"]
 Obj = dict[str, Any]
 
 POOL_LABEL = "karpenter.sh/nodepool"  # allow-listed by the watcher, so pools show downstream
-NODE_AGE_S = 7 * 86_400  # nodes were created a week before the simulation starts
+NODE_AGE_S = 3 * 3600  # nodes came up three hours before the start: a day would be far behind
+# the samples, and a node's first message carries its Ready time
 IMAGES = {
     "training": "nvcr.io/nvidia/pytorch:24.05-py3",
     "inference": "nvcr.io/nvidia/tritonserver:24.05-py3",

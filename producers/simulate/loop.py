@@ -53,9 +53,10 @@ class SimClock:
 
 
 def faults_due(faults: tuple[Fault, ...], start: float, end: float) -> tuple[set[str], list[Fault]]:
-    """Nodes whose agent is down at `end`, and the Xids that happen in [start, end)."""
+    """For the interval [start, end): the nodes whose agent is down (no sample of an
+    interval starting in [at_s, at_s + duration_s)), and the Xids that happen in it."""
     down = {
-        f.node for f in faults if f.kind == "agent-down" and f.at_s <= end < f.at_s + f.duration_s
+        f.node for f in faults if f.kind == "agent-down" and f.at_s <= start < f.at_s + f.duration_s
     }
     xids = [f for f in faults if f.kind == "xid" and start <= f.at_s < end]
     return down, xids

@@ -123,7 +123,7 @@ class SimulationService:
         prefix = settings.kafka.topic_prefix
         self.publishers: dict[str, Publisher] = {
             NVML_SAMPLES.name: Publisher(
-                make(NVML_SAMPLES.full_name(prefix), "gpuwatch-simulate-nodes"),
+                make(NVML_SAMPLES.full_name(prefix), "gpuwatch-simulate-samples"),
                 settings.agent.buffer_bytes,
             ),
             K8S_PODS.name: Publisher(
