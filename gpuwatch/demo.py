@@ -30,6 +30,7 @@ from sinks.redis_sink import redact_url
 
 __all__ = ["DemoError", "DemoOptions", "demo_env", "run", "where_to_look"]
 
+UNBOUNDED_HORIZON_S = 3600.0  # a fast demo without --duration meets the wall clock after this
 STOP_GRACE_S = 30.0  # the worker commits and leaves its group on SIGTERM within seconds
 DEMO_RULES = {
     # The defaults suit a cluster (stalled after 5 min, queued alert after 10 min); the demo
@@ -83,12 +84,15 @@ def demo_env(settings: Settings) -> dict[str, str]:
 def epoch_for(options: DemoOptions, now: float) -> float:
     """Event time of the simulation's start.
 
-    Faster than real time with an end, the simulated span ends now, so ages and lags read
-    naturally; otherwise it starts now.
+    Faster than real time, the simulation starts in the past so that its event time meets
+    the wall clock at the end of the run (an hour when it has no end), so ages and lags
+    read naturally and event time does not run far ahead of the clock; at speed 1 it
+    starts now.
     """
-    if options.duration_s is None or options.speed <= 1:
+    if options.speed <= 1:
         return now
-    return now - (options.speed - 1) * options.duration_s
+    horizon = UNBOUNDED_HORIZON_S if options.duration_s is None else options.duration_s
+    return now - (options.speed - 1) * horizon
 
 
 def where_to_look(settings: Settings, logs: Path) -> str:
