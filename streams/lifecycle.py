@@ -1,9 +1,9 @@
 """The lifecycle state machine of a GPU pod: queued, running, stalled, finished.
 
-Three inputs move it: pod events (`on_pod_event`), the pod's GPU usage (`on_usage`) and
-the partition's stream time (`on_watermark`, so that a pod idle with no new message
-still stalls on time). Each returns the next state and the transitions it caused, as
-`pod.lifecycle` values. All times are event times; see SEMANTICS-lifecycle.md.
+Pod events (`on_pod_event`) and the pod's GPU usage (`on_usage`) move it; the partition's
+stream time (`on_watermark`) only advances the pod's event time, which the queued alert
+is due by. Each returns the next state and the transitions it caused, as `pod.lifecycle`
+values. All times are event times; see SEMANTICS-lifecycle.md.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ def _target(state: PodState, ts: int, rules: RuleSettings) -> _Target | None:
     if state.crashloop:
         return "stalled", CRASH_LOOP, ts
     stall_at = None if state.idle_since is None else state.idle_since + rules.stall_after_s * 1000
-    if stall_at is not None and stall_at <= state.horizon:
+    # Idle is known as far as the usage goes, not as far as `horizon`: a pod event or a
+    # watermark ahead of the usage (a relist read before the minutes of usage it follows,
+    # usage still pending on the node side) says nothing about whether the pod stayed idle.
+    if stall_at is not None and state.usage_until is not None and stall_at <= state.usage_until:
         # Stalled already (crash loop ended): Idle is the reason from this input on.
         return "stalled", IDLE, max(stall_at, ts) if state.state == "stalled" else stall_at
     return "running", None, ts
@@ -179,7 +182,7 @@ def on_usage(
 def on_watermark(
     state: PodState, now_ms: int, rules: RuleSettings
 ) -> tuple[PodState, list[PodLifecycle]]:
-    """Advance the pod's event time to the partition's stream time: stalls due by then."""
+    """Advance the pod's event time to the partition's stream time (no stall: usage says)."""
     if now_ms <= state.horizon:
         return state, []
     return _settle(msgspec.structs.replace(state, horizon=now_ms), now_ms, rules)

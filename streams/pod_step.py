@@ -67,6 +67,6 @@ def step_usage(
 def step_watermark(
     state: PodState, now_ms: int, rules: RuleSettings, windows: WindowSettings
 ) -> tuple[PodState, PodOutputs]:
-    """A stream-time tick: stalls and queued alerts due by `now_ms`, windows it closes."""
+    """A stream-time tick: queued alerts due by `now_ms`, windows it closes."""
     after, transitions = lifecycle.on_watermark(state, now_ms, rules)
     return _finish(state, after, transitions, rules=rules, windows=windows, now_ms=now_ms)

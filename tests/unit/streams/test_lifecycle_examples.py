@@ -54,14 +54,30 @@ def test_idle_for_stall_after_s_stalls_at_idle_since_plus_300_s() -> None:
     assert (out[0].running_ms, out[0].stalled_ms) == (800000, 5000)
 
 
-def test_idle_stall_found_by_watermark_keeps_the_event_time() -> None:
+def test_idle_stall_needs_usage_through_the_stall_and_keeps_the_event_time() -> None:
     state = running_since(500 * S)
     state, _ = lifecycle.on_usage(state, usage(1000 * S, 1010 * S, idle_since=1000 * S), RULES)
-    state, out = lifecycle.on_watermark(state, 1299_999, RULES)
+    # A watermark past 1300 s does not show that the pod stayed idle until then.
+    state, out = lifecycle.on_watermark(state, 1400 * S, RULES)
     assert out == []
-    state, out = lifecycle.on_watermark(state, 1400 * S, RULES)  # noticed 100 s later
+    # The usage that does, read later: stalled at 1300 s, however late it is noticed.
+    state, out = lifecycle.on_usage(state, usage(1010 * S, 1400 * S, idle_since=1000 * S), RULES)
     assert moves(out) == [("running", "stalled", "Idle", 1300 * S)]
     assert lifecycle.on_watermark(state, 1500 * S, RULES)[1] == []
+
+
+def test_a_pod_event_ahead_of_the_usage_does_not_stall_a_pod_idle_too_briefly() -> None:
+    # A relist at 1000 s, read before the usage it follows (a replayed backlog).
+    state = running_since(0)
+    relist = msgspec.structs.replace(pod("Running", ts=1000 * S, rv=2), type="RESYNC")
+    state, out = lifecycle.on_pod_event(state, relist, RULES)
+    assert out == []
+    # Idle from 0 s to 200 s, then busy: 200 s idle, under stall_after_s (300 s).
+    state, out = lifecycle.on_usage(state, usage(0, 200 * S, idle_since=0), RULES)
+    assert out == []
+    state, out = lifecycle.on_usage(state, usage(200 * S, 210 * S, idle_since=None), RULES)
+    assert out == []
+    assert (state.state, state.running_ms, state.stalled_ms) == ("running", 0, 0)
 
 
 def test_a_later_idle_since_ends_the_stall_and_can_start_another() -> None:
