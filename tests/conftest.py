@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,3 +36,15 @@ def stack(settings: Settings) -> Settings:
 def topic_prefix() -> str:
     """A topic prefix of this test alone, so runs and tests never share topics."""
     return f"gwtest-{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def no_thread_left() -> Iterator[None]:
+    """Fail a test that leaves a thread running (a watch, a publisher, a Kafka client's I/O
+    thread, an API server); folders whose tests start threads use it for every test."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"threads left running: {sorted(t.name for t in left)}"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,14 +20,8 @@ Consume = Callable[[Settings, str], list[ConsumerRecord]]
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Fail a test that leaves a thread running (a publisher, a Kafka client's I/O thread)."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 def free_port() -> int:

@@ -4,8 +4,6 @@ no thread left behind."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,14 +17,8 @@ from schemas.settings import Settings
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Fail a test that leaves a thread running (a watch, a publisher, the API server)."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 @pytest.fixture

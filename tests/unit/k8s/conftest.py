@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,14 +30,8 @@ def fixture() -> Callable[[str], dict[str, Any]]:
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Fail a test that leaves a thread running (a watch, a server handler)."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
