@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(verbs)
     _add_demo(verbs)
     _add_top(verbs)
+    _add_replay(verbs)
     _add_settings(verbs)
     return parser
 
@@ -190,7 +191,11 @@ def _add_simulate(verbs: Any) -> None:
         "--speed 10 shows ten simulated minutes per real minute (event time then runs ahead "
         "of the wall clock: start long fast runs in the past with --epoch, as the worker "
         "refuses data more than a day ahead of its clock). Deterministic for a seed. "
-        "Shipped scenarios (scenarios/README.md): small, fleet, incident; --list shows them. "
+        "Shipped scenarios (producers/simulate/scenarios/README.md): small, fleet, incident; "
+        "--list shows them. The simulated node agents serve their metrics on "
+        "GPUWATCH_AGENT_METRICS_PORT (9481, one `node` label per node) and the watcher on "
+        "GPUWATCH_WATCHER_METRICS_PORT (9482), as the real ones do; --no-metrics turns "
+        "that off. "
         "The topics must exist (`gpuwatch topics create`). SIGTERM or Ctrl-C stops it; a "
         "summary of what was published and where each pod ended is printed.",
     )
@@ -253,6 +258,12 @@ def _add_simulate(verbs: Any) -> None:
         action="store_true",
         help="do not check that the topics exist before starting",
     )
+    simulate.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="serve no /metrics (default: the agents' on GPUWATCH_AGENT_METRICS_PORT, "
+        "the watcher's on GPUWATCH_WATCHER_METRICS_PORT)",
+    )
     simulate.set_defaults(handler=_simulate)
 
 
@@ -263,10 +274,17 @@ def _add_bench(verbs: Any) -> None:
         description="Run the benchmarks of BENCHMARKS.md. Each reports a ratio against a "
         "baseline measured in the same run, so a figure from a loaded machine still "
         "compares. `producer`: CPU time of the node agent per GPU-sample with simulated "
-        "GPUs, alone and with publishing to the local Kafka (`gpuwatch stack up`).",
+        "GPUs, alone and with publishing to the local Kafka (`gpuwatch stack up`). "
+        "`worker`: one worker process on a simulated fleet's stream (throughput against a "
+        "bare aiokafka consumer, latency to Redis under a paced load, memory), on topics and "
+        "a Redis database of its own, removed afterwards.",
     )
     bench.add_argument(
-        "which", nargs="?", default="producer", choices=["producer"], help="benchmark to run"
+        "which",
+        nargs="?",
+        default="producer",
+        choices=["producer", "worker"],
+        help="benchmark to run",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--quick", action="store_true", help="a smaller run (seconds)")
@@ -274,6 +292,21 @@ def _add_bench(verbs: Any) -> None:
     bench.add_argument(
         "--no-kafka", action="store_true", help="skip the part that publishes to Kafka"
     )
+    worker = bench.add_argument_group("worker")
+    worker.add_argument("--nodes", type=int, metavar="N", help="nodes of the fleet (5000)")
+    worker.add_argument(
+        "--seconds", type=int, metavar="S", help="seconds of samples in the backlog (10)"
+    )
+    worker.add_argument(
+        "--rate", type=float, metavar="R", help="paced load in GPU-samples/s (40000)"
+    )
+    worker.add_argument(
+        "--paced-seconds", type=float, metavar="S", help="length of the paced load (30)"
+    )
+    worker.add_argument(
+        "--redis-db", type=int, metavar="DB", help="scratch Redis database, flushed (6)"
+    )
+    worker.add_argument("--plot", type=Path, metavar="PNG", help="write the plot there")
     bench.set_defaults(handler=_bench)
 
 
@@ -505,6 +538,66 @@ def _add_top(verbs: Any) -> None:
     top.set_defaults(handler=_top)
 
 
+def _add_replay(verbs: Any) -> None:
+    replay = verbs.add_parser(
+        "replay",
+        help="incident timeline of a pod, GPU or node; or re-processing into another prefix",
+        description="Timeline: read the topics over --from..--to (event time, UTC) and print "
+        "what happened to a pod (--pod NAMESPACE/NAME), a GPU (--gpu UUID) or a node "
+        "(--node NAME): lifecycle transitions, per-window attribution (GPU-seconds used of "
+        "allocated, idle, VRAM peak, cost, waste), alerts firing and resolved, and a summary "
+        "of the raw node samples of its GPUs (count, mean and max utilization, peak VRAM, "
+        "samples lost). Offsets are found by time; records written up to --margin after "
+        "--to are read too (windows close after the allowed lateness). --json prints a list "
+        "of typed events; --plot draws utilization and VRAM with the pod's states to a PNG. "
+        "Re-processing (--rerun --to-prefix NAME.): copy the range's inputs (nvml.samples, "
+        "k8s.pods, k8s.nodes) to topics with that prefix and run `gpuwatch worker` over them "
+        "with the GPUWATCH_* settings of this environment (GPUWATCH_IDLE_UTIL_PCT=20, say), "
+        "into its own topics and Redis database, until it has caught up; then print the "
+        "records it made and its idle GPU-seconds and waste beside the live ones. Live topics "
+        "are only read. Exits 1 on an unknown pod, an empty range or a range past retention.",
+    )
+    subject = replay.add_mutually_exclusive_group()
+    subject.add_argument("--pod", metavar="NS/NAME", help="the pod, as namespace/name")
+    subject.add_argument("--gpu", metavar="UUID", help="the GPU (or MIG instance) uuid")
+    subject.add_argument("--node", dest="replay_node", metavar="NAME", help="the node")
+    replay.add_argument(
+        "--from",
+        dest="time_from",
+        required=True,
+        metavar="TIME",
+        help="start: ISO 8601 with a zone (2025-11-29T02:10:00Z), epoch seconds or ms, "
+        "or before now (-2h, -30m, -1h30m)",
+    )
+    replay.add_argument(
+        "--to", dest="time_to", default="now", metavar="TIME", help="end, as --from (now)"
+    )
+    replay.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    replay.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="draw utilization, VRAM and states"
+    )
+    replay.add_argument(
+        "--margin",
+        type=float,
+        metavar="SECONDS",
+        help="read records written up to this long after --to (default: 300, or two "
+        "windows plus the allowed lateness when longer)",
+    )
+    replay.add_argument(
+        "--rerun", action="store_true", help="re-process the range into --to-prefix"
+    )
+    replay.add_argument(
+        "--to-prefix", metavar="NAME.", help="--rerun: topic prefix of the re-processing"
+    )
+    replay.add_argument(
+        "--redis-url",
+        dest="rerun_redis_url",
+        metavar="URL",
+        help="--rerun: its Redis database (default: the live one's database + 1)",
+    )
+    replay.set_defaults(handler=_replay)
+
+
 def _add_settings(verbs: Any) -> None:
     verbs.add_parser(
         "settings",
@@ -678,9 +771,13 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
         seed=args.sim_seed,
         epoch_s=epoch,
         check_topics=not args.no_topic_check,
+        metrics=not args.no_metrics,
     )
     try:
         return simulate.run(settings, options)
+    except simulate.SimulateMetricsError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return 2
     except simulate.SimulateStartError as exc:
         raise UserFacingError(str(exc)) from exc
 
@@ -688,6 +785,14 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from gpuwatch import bench
 
+    if args.which == "worker":
+        from gpuwatch import bench_worker
+
+        try:
+            config = bench_worker.config_from_args(args)
+        except ValueError as exc:
+            raise UserFacingError(f"bench worker: {exc}") from exc
+        return bench_worker.main(args, settings, config)
     ticks = 500 if args.quick else 5000
     result = bench.bench_producer(
         settings, ticks, args.gpus, kafka=not args.no_kafka, paced_seconds=5 if args.quick else 20
@@ -772,6 +877,87 @@ def _top(args: argparse.Namespace, settings: Settings) -> int:
     except top.TopUnavailable as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 2
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    import time
+
+    from gpuwatch.replay import ReplayError, default_margin_s, timeline
+    from gpuwatch.replay_read import Progress
+    from gpuwatch.replay_story import Subject, TimeRange
+    from gpuwatch.replay_time import format_time, parse_time
+    from gpuwatch.replay_view import plot, render_text, to_json
+
+    now_ms = int(time.time() * 1000)
+    try:
+        span = TimeRange(parse_time(args.time_from, now_ms), parse_time(args.time_to, now_ms))
+    except ValueError as exc:
+        raise UserFacingError(f"replay: {exc}") from exc
+    if span.start_ms >= span.end_ms:
+        raise UserFacingError(
+            f"replay: empty range: --from {format_time(span.start_ms)} is not before --to "
+            f"{format_time(span.end_ms)} (UTC)"
+        )
+    margin_s = default_margin_s(settings) if args.margin is None else args.margin
+    if margin_s < 0:
+        raise UserFacingError("replay: --margin must not be negative")
+    if args.rerun or args.to_prefix:
+        return _replay_rerun(args, settings, span, round(margin_s * 1000))
+    try:
+        subject = Subject.parse(args.pod, args.gpu, args.replay_node)
+    except ValueError as exc:
+        raise UserFacingError(f"replay: {exc}") from exc
+    try:
+        story = timeline(
+            settings,
+            subject,
+            span,
+            margin_ms=round(margin_s * 1000),
+            progress=Progress(),
+            keep_series=args.plot is not None,
+        )
+    except ReplayError as exc:
+        raise UserFacingError(f"replay: {exc}") from exc
+    if args.json:
+        print(to_json(story), end="")
+        for note in story.notes:
+            print(f"gpuwatch: note: {note}", file=sys.stderr)
+    else:
+        print(render_text(story), end="")
+    if args.plot is not None:
+        try:
+            points = plot(story, args.plot)
+        except OSError as exc:
+            raise UserFacingError(f"replay: cannot write {args.plot}: {exc.strerror}") from exc
+        print(f"gpuwatch: plot written to {args.plot} ({points} samples)", file=sys.stderr)
+    return 0
+
+
+def _replay_rerun(args: argparse.Namespace, settings: Settings, span: Any, margin_ms: int) -> int:
+    from gpuwatch.replay_read import Progress
+    from gpuwatch.replay_rerun import RerunError, RerunOptions, rerun
+    from gpuwatch.replay_view import render_rerun, rerun_json
+
+    if not (args.rerun and args.to_prefix):
+        raise UserFacingError("replay: re-processing takes both --rerun and --to-prefix NAME.")
+    if args.pod or args.gpu or args.replay_node or args.plot:
+        raise UserFacingError(
+            "replay: --rerun re-processes every pod of the range; read one afterwards with "
+            "`gpuwatch --topic-prefix NAME. replay --pod ...`"
+        )
+    options = RerunOptions(
+        to_prefix=args.to_prefix,
+        span=span,
+        margin_ms=margin_ms,
+        redis_url=args.rerun_redis_url,
+        config=args.config,
+    )
+    try:
+        result = rerun(settings, options, Progress(), _progress)
+    except RerunError as exc:
+        raise UserFacingError(f"replay: {exc}") from exc
+    print(rerun_json(result) if args.json else render_rerun(result), end="")
+    return 0
 
 
 def _settings_show(args: argparse.Namespace, settings: Settings) -> int:

@@ -108,7 +108,9 @@ def where_to_look(settings: Settings, logs: Path) -> str:
             f"  Redis        redis-cli -u {redact_url(settings.redis.url.get_secret_value())}",
             f"    ZRANGE {prefix}state:stalled 0 -1    HGETALL {prefix}pod:<uid>",
             f"    ZREVRANGE {prefix}waste:pods 0 9 WITHSCORES    HGETALL {prefix}alerts:firing",
-            f"  Metrics      http://{settings.metrics.bind}:{settings.metrics.port}/metrics",
+            f"  Metrics      http://{settings.metrics.bind}:{settings.metrics.port}/metrics"
+            f" (worker), :{settings.agent.metrics_port} (node agents),"
+            f" :{settings.watcher.metrics_port} (watcher)",
             "  Live view    gpuwatch top   (another terminal; `--once` prints and exits)",
             f"  Logs         {logs}/demo-worker.log  {logs}/demo-simulate.log",
             "Ctrl-C stops the demo.",

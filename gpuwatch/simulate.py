@@ -1,4 +1,5 @@
-"""Wires `gpuwatch simulate`: a scenario, its overrides, the topics check, signals, summary.
+"""Wires `gpuwatch simulate`: a scenario, its overrides, the topics check, /metrics, signals,
+summary.
 
 From Python (`gpuwatch demo`): `load(...)` a scenario, then `run_simulation(settings,
 scenario, speed=..., duration_s=..., stop_event=...)` in the foreground or
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
 
+from producers.simulate.metrics import MetricsPortError
 from producers.simulate.runner import (
     SimulationHandle,
     SimulationSummary,
@@ -32,6 +34,7 @@ from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
 
 __all__ = [
     "ScenarioError",
+    "SimulateMetricsError",
     "SimulateOptions",
     "SimulateStartError",
     "SimulationHandle",
@@ -54,6 +57,11 @@ class SimulateStartError(Exception):
     """The simulation cannot start (bad scenario, topics missing); the message says why."""
 
 
+class SimulateMetricsError(SimulateStartError):
+    """A /metrics port cannot be bound (taken by a node agent, a watcher, another simulation);
+    the message names the port and its setting."""
+
+
 @dataclass(frozen=True)
 class SimulateOptions:
     """What the command line chose."""
@@ -67,6 +75,8 @@ class SimulateOptions:
     seed: int | None = None
     epoch_s: float | None = None
     check_topics: bool = True
+    metrics: bool = True
+    """Serve the agents' and the watcher's /metrics on their settings' ports."""
 
 
 def load(
@@ -164,7 +174,12 @@ def run(settings: Settings, options: SimulateOptions) -> int:
             until_s=options.until_s,
             stop_event=stop,
             epoch_s=options.epoch_s,
+            serve_metrics=options.metrics,
         )
+    except MetricsPortError as exc:
+        raise SimulateMetricsError(
+            f"{exc}; stop what listens there, set another port, or pass --no-metrics"
+        ) from exc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -63,17 +63,18 @@ def faults_due(faults: tuple[Fault, ...], start: float, end: float) -> tuple[set
 
 
 class Simulation:
-    """One simulated cluster wired to an API server and a publish function of samples."""
+    """One simulated cluster wired to an API server and its nodes' publish functions."""
 
     def __init__(
         self,
         scenario: Scenario,
         *,
         api: FakeApiServer,
-        publish: Publish,
+        publish_for: Callable[[str], Publish],
         interval_s: float,
         clock: SimClock,
     ) -> None:
+        """`publish_for(node)`: the publish function of that node's agent's samples."""
         self.scenario = scenario
         self.interval_s = interval_s
         self.clock = clock
@@ -86,13 +87,15 @@ class Simulation:
             clock=self.clock,
             epoch=epoch,
             interval_s=interval_s,
-            publish=publish,
+            publish_for=publish_for,
         )
         self.ticks = 0
         self.samples = 0
         self.late_ticks = 0
         """Ticks taken more than one period after they were due (the machine is too slow)."""
         self.changes = 0
+        self.down: frozenset[str] = frozenset()
+        """The nodes whose agent is down in the last tick (a fault of the scenario)."""
 
     @property
     def sim_time_s(self) -> float:
@@ -118,11 +121,12 @@ class Simulation:
         self.clock.set(self.clock.epoch + now)
         self._apply(self.cluster.advance(now))
         down, xids = faults_due(self.scenario.faults, start, now)
+        self.down = frozenset(down)
         for fault in xids:
             node = self.fleet.nodes[fault.node]
             gpu = next(g for g in node.layout.gpus if g.index == fault.gpu and not g.parent_uuid)
             node.reader.inject_xid(gpu.uuid, fault.code)
-        self.samples += self.fleet.tick(frozenset(down))
+        self.samples += self.fleet.tick(self.down)
 
     def run(
         self,

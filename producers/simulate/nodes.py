@@ -4,7 +4,7 @@ kubelet's allocations and the PID-to-pod map following the cluster's changes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from producers.agent import Clock, NodeAgent, Publish
@@ -96,8 +96,9 @@ class NodeFleet:
         clock: Clock,
         epoch: float,
         interval_s: float,
-        publish: Publish,
+        publish_for: Callable[[str], Publish],
     ) -> None:
+        """`publish_for(node)`: the publish function of that node's agent."""
         self.epoch = epoch
         self.nodes: dict[str, SimNode] = {}
         self._specs: dict[str, PodSpec] = {}
@@ -112,7 +113,7 @@ class NodeFleet:
                 reader=reader,
                 resolver=table,
                 allocations=table,
-                publish=publish,
+                publish=publish_for(layout.name),
                 interval_s=interval_s,
                 sharing=sharing,
                 clock=clock,

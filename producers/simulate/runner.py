@@ -2,8 +2,10 @@
 Kubernetes watcher (through the `kubernetes` client), the simulated nodes' real agents,
 and the real publishing path (Publisher, outbox, KafkaSender) to the three topics.
 
-One publisher serves every node's samples and one watcher every namespace, so a fleet of
-hundreds of GPUs costs one process a fraction of a core at 1 Hz.
+Every node has its own Publisher (buffer and counters) over one Kafka client and one sender
+thread, and one watcher serves every namespace, so a fleet of hundreds of GPUs costs one
+process a fraction of a core at 1 Hz. With `serve_metrics`, the agents' and the watcher's
+self-metrics are served on their settings' ports, as the real processes serve them.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import msgspec
 
 from producers.k8s.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
+from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from producers.kafka_sender import KafkaSender
 from producers.publisher import MessageSender, Publisher
 from producers.simulate.loop import SimClock, Simulation
+from producers.simulate.metrics import FleetAgentCollector, MetricsEndpoint
+from producers.simulate.publishing import NodePublishers
 from producers.simulate.scenario import Scenario
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
@@ -112,6 +117,7 @@ class SimulationService:
         speed: float = 1.0,
         epoch_s: float | None = None,
         senders: SenderFactory | None = None,
+        serve_metrics: bool = False,
     ) -> None:
         if speed <= 0:
             raise ValueError(f"speed must be above 0, not {speed}")
@@ -121,11 +127,12 @@ class SimulationService:
         epoch = float(int(time.time() if epoch_s is None else epoch_s))
         make = senders or _kafka_senders(settings)
         prefix = settings.kafka.topic_prefix
+        self.samples = NodePublishers(
+            make(NVML_SAMPLES.full_name(prefix), "gpuwatch-simulate-samples"),
+            settings.agent.buffer_bytes,
+        )
+        """Each node agent's publisher of nvml.samples."""
         self.publishers: dict[str, Publisher] = {
-            NVML_SAMPLES.name: Publisher(
-                make(NVML_SAMPLES.full_name(prefix), "gpuwatch-simulate-samples"),
-                settings.agent.buffer_bytes,
-            ),
             K8S_PODS.name: Publisher(
                 make(K8S_PODS.full_name(prefix), "gpuwatch-simulate-pods"), WATCH_BUFFER_BYTES
             ),
@@ -134,12 +141,13 @@ class SimulationService:
                 WATCH_BUFFER_BYTES,
             ),
         }
+        """The watcher's publishers, by topic (short name)."""
         clock = SimClock(epoch)
         self.api = FakeApiServer(clock=clock.time)
         self.simulation = Simulation(
             scenario,
             api=self.api,
-            publish=self.publishers[NVML_SAMPLES.name].publish,
+            publish_for=self.samples.publish_for,
             interval_s=settings.agent.interval_s,
             clock=clock,
         )
@@ -159,12 +167,38 @@ class SimulationService:
         self.watcher: K8sWatcher | None = None
         self._kube: KubernetesApi | None = None
         self._started = False
+        self.endpoints: dict[str, MetricsEndpoint] = {}
+        """The /metrics served, `agents` and `watcher` (none without `serve_metrics`)."""
+        if serve_metrics:
+            self._add_endpoints(settings)
+
+    def _add_endpoints(self, settings: Settings) -> None:
+        bind = settings.metrics.bind
+        agents = MetricsEndpoint(
+            "node agents'", bind, settings.agent.metrics_port, "agent.metrics_port"
+        )
+        fleet = self.simulation.fleet.nodes
+        agents.registry.register(
+            FleetAgentCollector(
+                {name: (node.agent, self.samples.by_node[name]) for name, node in fleet.items()},
+                down=lambda: self.simulation.down,
+            )
+        )
+        self.endpoints["agents"] = agents
+        self.endpoints["watcher"] = MetricsEndpoint(
+            "Kubernetes watcher's", bind, settings.watcher.metrics_port, "watcher.metrics_port"
+        )
 
     def start(self, stop: threading.Event | None = None) -> None:
-        """Serve the API, apply the history before the epoch, start publishing and watching."""
+        """Serve /metrics (first: a port taken stops it before anything runs; raises
+        MetricsPortError), serve the API, apply the history before the epoch, start
+        publishing and watching."""
+        for endpoint in self.endpoints.values():
+            endpoint.start()
         self.api.start()
         self._started = True
         self.simulation.prepare()
+        self.samples.start()
         for publisher in self.publishers.values():
             publisher.start()
         self._kube = KubernetesApi.for_host(self.api.url)
@@ -175,6 +209,10 @@ class SimulationService:
             emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
             now_ms=self.simulation.clock.now_ms,
         )
+        if "watcher" in self.endpoints:
+            self.endpoints["watcher"].registry.register(
+                WatcherCollector(self.watcher.watches, self.watcher.owners.stats, self.publishers)
+            )
         self.watcher.start()
         stop = stop or threading.Event()
         deadline = time.monotonic() + SYNC_TIMEOUT_S
@@ -192,7 +230,8 @@ class SimulationService:
         return all(int(w.resource_version or 0) >= latest for w in watcher.watches)
 
     def stop(self) -> None:
-        """Let the watcher catch up, stop it, flush the publishers, close the API server."""
+        """Let the watcher catch up, stop it, flush the publishers, close the API server and
+        the /metrics endpoints."""
         if self.watcher is not None:
             self.api.bookmark()  # moves every watch to the latest resourceVersion
             deadline = time.monotonic() + DRAIN_TIMEOUT_S
@@ -200,12 +239,15 @@ class SimulationService:
                 time.sleep(0.02)
                 self.api.bookmark()
             self.watcher.stop()
+        self.samples.stop(timeout_s=FLUSH_TIMEOUT_S)
         for publisher in self.publishers.values():
             publisher.stop(timeout_s=FLUSH_TIMEOUT_S)
         if self._kube is not None:
             self._kube.close()
         if self._started:
             self.api.close()
+        for endpoint in self.endpoints.values():
+            endpoint.stop()
 
     def summary(self, *, wall_s: float, cpu_s: float) -> SimulationSummary:
         """The summary as things stand."""
@@ -228,9 +270,18 @@ class SimulationService:
             gpus=sum(n.physical_gpus for n in sim.cluster.layouts),
             samples=sim.samples,
             pods=dict(sorted(pods.items())),
-            sent={name: p.stats.sent for name, p in self.publishers.items()},
-            dropped={name: p.outbox.dropped for name, p in self.publishers.items()},
-            failed={name: p.stats.failed for name, p in self.publishers.items()},
+            sent={
+                NVML_SAMPLES.name: self.samples.sent,
+                **{name: p.stats.sent for name, p in self.publishers.items()},
+            },
+            dropped={
+                NVML_SAMPLES.name: self.samples.dropped,
+                **{name: p.outbox.dropped for name, p in self.publishers.items()},
+            },
+            failed={
+                NVML_SAMPLES.name: self.samples.failed,
+                **{name: p.stats.failed for name, p in self.publishers.items()},
+            },
             wall_s=wall_s,
             cpu_s=cpu_s,
             unschedulable=dict(sorted(waiting.items())),
@@ -259,6 +310,7 @@ def run_simulation(
     epoch_s: float | None = None,
     until_s: float | None = None,
     senders: SenderFactory | None = None,
+    serve_metrics: bool = False,
 ) -> SimulationSummary:
     """Run `scenario` until `stop_event` is set, `duration_s` wall seconds pass, or event
     time reaches `until_s` simulated seconds after the epoch.
@@ -266,11 +318,20 @@ def run_simulation(
     Event time starts at `epoch_s` (default: now, whole seconds) and runs `speed` times
     faster than wall time. Samples go to nvml.samples, pod and node changes (through the
     watcher) to k8s.pods and k8s.nodes, under the settings' topic prefix; the topics must
-    exist. `senders` replaces the Kafka clients (tests).
+    exist. `senders` replaces the Kafka clients (tests). `serve_metrics` serves the agents'
+    and the watcher's /metrics on `settings.agent.metrics_port` and
+    `settings.watcher.metrics_port` (MetricsPortError if one is taken).
     """
     stop = stop_event or threading.Event()
     cpu0, wall0 = time.process_time(), time.monotonic()
-    service = SimulationService(settings, scenario, speed=speed, epoch_s=epoch_s, senders=senders)
+    service = SimulationService(
+        settings,
+        scenario,
+        speed=speed,
+        epoch_s=epoch_s,
+        senders=senders,
+        serve_metrics=serve_metrics,
+    )
     log.info(
         "simulation starting scenario=%s seed=%d nodes=%d speed=%g interval_s=%g topics=%s*",
         scenario.name,
@@ -349,6 +410,7 @@ def start_simulation(
     epoch_s: float | None = None,
     until_s: float | None = None,
     senders: SenderFactory | None = None,
+    serve_metrics: bool = False,
 ) -> SimulationHandle:
     """`run_simulation` on a background thread (until `stop()` or `duration_s`)."""
 
@@ -362,6 +424,7 @@ def start_simulation(
             epoch_s=epoch_s,
             until_s=until_s,
             senders=senders,
+            serve_metrics=serve_metrics,
         )
 
     return SimulationHandle(target).start()

@@ -37,8 +37,9 @@ __all__ = [
     "with_overrides",
 ]
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-"""The scenarios shipped with gpuwatch (`--scenario small` is scenarios/small.yaml)."""
+SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
+"""The scenarios shipped with gpuwatch, package data of `producers.simulate` (`--scenario
+small` is producers/simulate/scenarios/small.yaml)."""
 
 WorkloadKindName = Literal["training", "inference", "notebook", "idle", "crashloop", "dev"]
 Sharing = Literal["exclusive", "time-slicing", "mig"]
@@ -73,7 +74,8 @@ class NodePool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
 
 
 class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Pods of one kind, named `<name>-<i>`; see scenarios/README.md for every field."""
+    """Pods of one kind, named `<name>-<i>`; see producers/simulate/scenarios/README.md for
+    every field."""
 
     name: Name
     kind: WorkloadKindName

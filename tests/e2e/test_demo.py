@@ -46,6 +46,8 @@ def demo_scope(stack: Settings) -> Iterator[dict[str, str]]:
         "GPUWATCH_KAFKA_PARTITIONS": "3",
         "GPUWATCH_REDIS_URL": f"redis://127.0.0.1:{stack.stack.redis_port}/{DB}",
         "GPUWATCH_METRICS_PORT": str(free_port()),
+        "GPUWATCH_AGENT_METRICS_PORT": str(free_port()),
+        "GPUWATCH_WATCHER_METRICS_PORT": str(free_port()),
     }
     client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
     client.flushdb()
@@ -87,9 +89,10 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
         for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
             fields = client.hgetall(f"gpuwatch:pod:{uid}")
             pods[f"{fields['namespace']}/{fields['pod']}"] = (state, fields.get("reason", ""))
-    # scenarios/small.yaml over its first ~550 simulated seconds: the notebook idles (stalled
-    # after the demo's 120 s), bert is OOMKilled at 275 s, eval-sweep waits for two GPUs on
-    # one node until 605 s, vision-train and the others run.
+    # The small scenario (producers/simulate/scenarios/small.yaml) over its first ~550
+    # simulated seconds: the notebook idles (stalled after the demo's 120 s), bert is
+    # OOMKilled at 275 s, eval-sweep waits for two GPUs on one node until 605 s,
+    # vision-train and the others run.
     assert pods["research/notebook-ana-0"] == ("stalled", "Idle")
     assert pods["research/bert-oom-0"] == ("finished", "OOMKilled")
     assert pods["research/eval-sweep-0"] == ("queued", "Unschedulable")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -150,15 +151,22 @@ def check_pods(pods: list[K8sPod], epoch: int) -> None:
 def test_the_simulate_command_runs_a_scenario_and_prints_where_pods_ended(
     scoped: Settings,
 ) -> None:
-    env = {
-        **os.environ,
-        "GPUWATCH_TOPIC_PREFIX": scoped.kafka.topic_prefix,
-        "GPUWATCH_KAFKA_BOOTSTRAP": scoped.kafka.bootstrap,
-    }
     argv = [str(GPUWATCH), "simulate", "--scenario", "incident", "--speed", "100"]
     argv += ["--until", "40", "--duration", "30", "--epoch", "2025-11-29T10:00:00Z"]
-
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    # --no-metrics: the agents' port is taken (as by a demo running here), and no matter.
+    argv += ["--no-metrics"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {
+            **os.environ,
+            "GPUWATCH_TOPIC_PREFIX": scoped.kafka.topic_prefix,
+            "GPUWATCH_KAFKA_BOOTSTRAP": scoped.kafka.bootstrap,
+            "GPUWATCH_AGENT_METRICS_PORT": str(taken.getsockname()[1]),
+        }
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

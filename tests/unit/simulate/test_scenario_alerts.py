@@ -1,5 +1,6 @@
-"""The GPU alerts scenarios/README.md promises for `incident`, from its samples through the
-worker's own alert rules (streams.gpu_alerts), with the default thresholds."""
+"""The GPU alerts producers/simulate/scenarios/README.md promises for `incident`, from its
+samples through the worker's own alert rules (streams.gpu_alerts), with the default
+thresholds."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def incident_gpu_alerts(seconds: int) -> tuple[list[Alert], dict[str, str]]:
     simulation = Simulation(
         load_scenario("incident"),
         api=FakeApiServer(clock=clock.time),  # never served: the mirror only writes to it
-        publish=lambda _key, value: published.append(value),
+        publish_for=lambda _node: lambda _key, value: published.append(value),
         interval_s=1.0,
         clock=clock,
     )
