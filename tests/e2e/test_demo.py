@@ -81,7 +81,7 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "Where to look" in result.stdout
-    assert "http://127.0.0.1:9090/alerts" in result.stdout
+    assert f"http://127.0.0.1:{stack.stack.prometheus_port}/alerts" in result.stdout
 
     client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
     pods = {}
