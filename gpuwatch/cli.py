@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -557,6 +558,9 @@ def _add_replay(verbs: Any) -> None:
         "records it made and its idle GPU-seconds and waste beside the live ones. Live topics "
         "are only read. Exits 1 on an unknown pod, an empty range or a range past retention.",
     )
+    # `--from -2h`: argparse takes an argument starting with "-" for an option unless it
+    # looks like a negative number; relative times are made to look like one.
+    replay._negative_number_matcher = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d|w)?)+$")
     subject = replay.add_mutually_exclusive_group()
     subject.add_argument("--pod", metavar="NS/NAME", help="the pod, as namespace/name")
     subject.add_argument("--gpu", metavar="UUID", help="the GPU (or MIG instance) uuid")

@@ -1,0 +1,181 @@
+"""The replay story from hand-made records: who the subject is, which events, in what order."""
+
+from __future__ import annotations
+
+import pytest
+from replay_records import (
+    GIB,
+    MIN,
+    NODE,
+    OTHER,
+    SPAN,
+    T0,
+    TRAIN,
+    S,
+    incident,
+    sample,
+)
+
+from gpuwatch.replay_match import assemble, resolve, state_bands
+from gpuwatch.replay_story import SampleDigest, Scope, StateBand, Subject, TimeRange
+from schemas import Alert, Attribution, GpuWindow, K8sNode, PodLifecycle
+from schemas.examples import GPU_0, GPU_1
+
+
+def test_a_subject_is_exactly_one_of_pod_gpu_node() -> None:
+    assert Subject.parse("ml/train-0", None, None) == Subject("pod", "ml/train-0")
+    assert Subject.parse(None, GPU_0, None).kind == "gpu"
+    assert Subject.parse("ml/train-0", None, None).pod == ("ml", "train-0")
+    for bad in [(None, None, None), ("ml/a", GPU_0, None)]:
+        with pytest.raises(ValueError, match="give one of"):
+            Subject.parse(*bad)
+    for name in ["train-0", "ml/", "/train-0", "ml/a/b"]:
+        with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+            Subject.parse(name, None, None)
+
+
+def test_a_pod_resolves_to_its_uid_node_and_gpus_and_no_other() -> None:
+    scope = resolve(Subject("pod", "ml/train-0"), incident())
+    assert scope.uids == {TRAIN: "ml/train-0"}
+    assert scope.nodes == {NODE}
+    assert scope.gpus == {GPU_0}
+    assert resolve(Subject("pod", "ml/nope-0"), incident()).empty
+
+
+def test_the_pod_story_keeps_its_records_once_each_in_event_time_order() -> None:
+    subject = Subject("pod", "ml/train-0")
+    found = incident()
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+
+    def line(e: object) -> tuple[str, int, str]:
+        r = e.record  # type: ignore[attr-defined]
+        if isinstance(r, PodLifecycle):
+            what = f"{r.from_state}->{r.to_state}"
+        elif isinstance(r, Attribution):
+            what = f"window@{(r.window_start - T0) // MIN}m used {r.used_gpu_seconds}"
+        elif isinstance(r, Alert):
+            what = f"{r.name} {r.status}"
+        else:
+            what = type(r).__name__
+        return e.kind, (e.ts - T0) // S, what  # type: ignore[attr-defined]
+
+    assert [line(e) for e in events] == [
+        ("lifecycle", 30, "queued->running"),
+        ("attribution", 60, "window@0m used 30.0"),
+        ("attribution", 120, "window@1m used 51.6"),  # delivered twice, kept once
+        ("alert", 240, "GpuIdleAllocated firing"),  # names the pod in its labels
+        ("lifecycle", 300, "running->stalled"),  # once, and before the alert it explains
+        ("alert", 300, "PodStalled firing"),
+        ("lifecycle", 900, "stalled->finished"),
+        ("alert", 900, "PodStalled resolved"),
+    ]
+
+
+def test_the_gpu_story_has_its_window_its_holders_transitions_and_its_part_of_them() -> None:
+    subject = Subject("gpu", GPU_1)
+    found = incident()
+    scope = resolve(subject, found)
+    assert scope.uids == {OTHER: "ml/other-0"}
+    assert scope.nodes == {NODE}
+    events = assemble(subject, SPAN, found, scope)
+    kinds = [(e.kind, (e.ts - T0) // S) for e in events]
+    assert kinds == [
+        ("lifecycle", 120),  # at one instant: the transition, then the windows
+        ("attribution", 120),
+        ("gpu_window", 120),
+        ("alert", 360),  # the holder's PodStalled
+        ("alert", 420),  # the GPU's own
+    ]
+    assert {r.uuid for e in events if isinstance(r := e.record, GpuWindow)} == {GPU_1}
+
+
+def test_the_node_story_has_every_pod_window_and_gpu_of_the_node_and_its_own_events() -> None:
+    subject = Subject("node", NODE)
+    found = incident()
+    scope = resolve(subject, found)
+    assert set(scope.uids) == {TRAIN, OTHER}
+    assert scope.gpus == {GPU_0, GPU_1}
+    events = assemble(subject, SPAN, found, scope)
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.kind] = counts.get(event.kind, 0) + 1
+    # 4 transitions in range (train x3, other x1), 3 windows in range, 5 alerts, 2 GPU windows.
+    assert counts == {"lifecycle": 4, "attribution": 3, "alert": 5, "gpu_window": 2, "node": 1}
+    (node_event,) = [e.record for e in events if isinstance(e.record, K8sNode)]
+    assert node_event.ready is False
+
+
+def test_windows_count_when_they_overlap_the_range_and_instants_when_inside() -> None:
+    span = TimeRange(T0 + 90 * S, T0 + 100 * S)
+    assert span.overlaps(T0 + MIN, T0 + 2 * MIN)
+    assert not span.overlaps(T0, T0 + MIN)
+    assert not span.overlaps(T0 + 100 * S, T0 + 2 * MIN)  # starts at the end
+    assert span.holds(T0 + 100 * S)
+    assert not span.holds(T0 + 101 * S)
+
+
+def test_samples_of_the_pod_count_only_while_its_gpu_is_allocated_to_it() -> None:
+    subject = Subject("pod", "ml/train-0")
+    scope = Scope(uids={TRAIN: "ml/train-0"}, nodes={NODE})
+    digest = SampleDigest(subject, SPAN, scope, keep_series=True)
+    samples = [
+        sample(1, T0, util0=10.0, mem0_gib=1),
+        sample(2, T0 + S, util0=50.0, mem0_gib=3),
+        sample(3, T0 + 2 * S, util0=None, mem0_gib=2),  # unknown: counted, not averaged
+        sample(5, T0 + 4 * S, util0=90.0, mem0_gib=2),  # seq 4 lost
+        sample(6, T0 + 5 * S, util0=99.0, mem0_gib=70, holder=OTHER),  # not the pod's
+        sample(2, T0 + 6 * S, util0=20.0, mem0_gib=1),  # the agent restarted
+        sample(7, T0 - S, util0=100.0, mem0_gib=80),  # before the range
+    ]
+    for s in samples:
+        digest.add(s)
+    (gpu,) = digest.summaries()
+    assert (gpu.uuid, gpu.node, gpu.count, gpu.util_known) == (GPU_0, NODE, 5, 4)
+    assert gpu.util_mean_pct == pytest.approx((10 + 50 + 90 + 20) / 4)
+    assert gpu.util_max_pct == 90.0
+    assert gpu.vram_peak_bytes == 3 * GIB
+    assert (gpu.first_ts, gpu.last_end_ts) == (T0, T0 + 7 * S)
+    assert (gpu.seq_gaps, gpu.seq_resets) == (1, 1)
+    assert [p.util_pct for p in digest.series[GPU_0]] == [10.0, 50.0, None, 90.0, 20.0]
+
+
+def test_a_pod_only_the_allocations_name_is_found_by_its_samples() -> None:
+    subject = Subject("pod", "ml/other-0")
+    scope = Scope()
+    digest = SampleDigest(subject, SPAN, scope)
+    digest.add(sample(1, T0, util0=10.0, mem0_gib=1))
+    assert scope.uids == {OTHER: "ml/other-0"}
+    assert (scope.nodes, scope.gpus) == ({NODE}, {GPU_1})
+    assert [s.uuid for s in digest.summaries()] == [GPU_1]
+
+
+def test_a_node_digest_summarises_each_gpu_of_the_node() -> None:
+    digest = SampleDigest(Subject("node", NODE), SPAN, Scope(nodes={NODE}))
+    digest.add(sample(1, T0, util0=10.0, mem0_gib=1, util1=None))
+    digest.add(sample(2, T0 + S, util0=30.0, mem0_gib=1, util1=None))
+    by_uuid = {s.uuid: s for s in digest.summaries()}
+    assert by_uuid[GPU_0].util_mean_pct == pytest.approx(20.0)
+    assert (by_uuid[GPU_1].util_known, by_uuid[GPU_1].util_mean_pct) == (0, None)
+
+
+def test_state_bands_run_from_each_transition_to_the_next_within_the_range() -> None:
+    subject = Subject("pod", "ml/train-0")
+    found = incident()
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+    assert state_bands(events, SPAN) == [
+        StateBand(TRAIN, "queued", T0, T0 + 30 * S),  # the first transition's from_state
+        StateBand(TRAIN, "running", T0 + 30 * S, T0 + 5 * MIN),
+        StateBand(TRAIN, "stalled", T0 + 5 * MIN, T0 + 15 * MIN),
+        StateBand(TRAIN, "finished", T0 + 15 * MIN, T0 + 20 * MIN),
+    ]
+
+
+def test_without_transitions_the_bands_come_from_the_windows_states() -> None:
+    subject = Subject("pod", "ml/train-0")
+    found = incident()
+    found.lifecycle.clear()
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+    assert state_bands(events, SPAN) == [
+        StateBand(TRAIN, "running", T0, T0 + MIN),
+        StateBand(TRAIN, "running", T0 + MIN, T0 + 2 * MIN),
+    ]
