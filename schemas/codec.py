@@ -113,6 +113,8 @@ class Codec(Generic[T]):
             raise self._invalid(raw, str(exc)) from exc
         except msgspec.DecodeError as exc:
             raise MalformedJSON(self.schema_name, "$", f"not JSON: {exc}") from exc
+        except RecursionError as exc:  # msgspec recurses per level, even into unknown fields
+            raise MalformedJSON(self.schema_name, "$", f"nested too deeply to read: {exc}") from exc
 
     def encode(self, value: T) -> bytes:
         """Encode a value as compact UTF-8 JSON (constraints are checked on decode, not here)."""
@@ -135,6 +137,8 @@ class Codec(Generic[T]):
         try:
             found = _PROBE.decode(raw).schema
         except msgspec.DecodeError:  # pragma: no cover - raw already parsed as an object
+            return None
+        except RecursionError:  # nested too deeply after the failed field: report that field
             return None
         name, where = self.schema_name, "$.schema"
         if found is msgspec.UNSET:

@@ -22,6 +22,17 @@ STATES: Final[tuple[LifecycleState, ...]] = ("queued", "running", "stalled", "fi
 """Lifecycle states in rank order: at equal event time the later one wins (finished last)."""
 
 _PREFIX = re.compile(r"^[A-Za-z0-9._{}:-]*$")  # `{...}` allowed: a cluster hash tag
+_UID_ESCAPES = str.maketrans({"%": "%25", ":": "%3A"})
+
+
+def _uid(uid: str) -> str:
+    """A pod uid as a key part: `%` and `:` percent-encoded, everything else as it is.
+
+    A pod's keys are its uid plus suffixes (`pod:{uid}`, `pod:{uid}:windows`); a uid with a
+    colon could name another pod's key (`X:windows`). Kubernetes uids have neither
+    character, so their keys are exactly `pod:{uid}`.
+    """
+    return uid.translate(_UID_ESCAPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,19 +48,19 @@ class RedisKeys:
     # -- pods -----------------------------------------------------------------------------
     def pod(self, uid: PodUid | str) -> str:
         """Hash: a pod's live state, names, cost and waste totals (public)."""
-        return f"{self.prefix}pod:{uid}"
+        return f"{self.prefix}pod:{_uid(uid)}"
 
     def pod_windows(self, uid: PodUid | str) -> str:
         """Hash: `cost:{window_start}` / `waste:{window_start}` in nano-USD, and the totals."""
-        return f"{self.prefix}pod:{uid}:windows"
+        return f"{self.prefix}pod:{_uid(uid)}:windows"
 
     def timeline(self, uid: PodUid | str) -> str:
         """Stream: a pod's transitions and alerts, capped (public)."""
-        return f"{self.prefix}timeline:{uid}"
+        return f"{self.prefix}timeline:{_uid(uid)}"
 
     def timeline_seen(self, uid: PodUid | str) -> str:
         """Sorted set: identities of the timeline's entries by event time (deduplication)."""
-        return f"{self.prefix}timeline:{uid}:seen"
+        return f"{self.prefix}timeline:{_uid(uid)}:seen"
 
     def pod_keys(self, uid: PodUid | str) -> tuple[str, str, str, str]:
         """The keys of one pod that expire `finished_ttl_s` after it finishes."""

@@ -16,14 +16,29 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from schemas.codec import MalformedJSON, SchemaError, TopicSpec, UnknownSchemaVersion
-from schemas.deadletter import DeadLetter
+from schemas.deadletter import NOT_FROM_KAFKA, DeadLetter
 from schemas.topics import DEADLETTER
 
-__all__ = ["Counters", "DeadKind", "Outputs", "Record", "Source", "dead_kind"]
+__all__ = [
+    "MAX_LETTER_BYTES",
+    "MAX_RECORD_BYTES",
+    "Counters",
+    "DeadKind",
+    "Outputs",
+    "Record",
+    "Source",
+    "dead_kind",
+]
 
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0  # one dead-letter warning per this many seconds: a flood must not flood logs
+# The largest dead letter sent: a bigger one would be refused by the producer (Faust's
+# producer_max_request_size is 1,000,000 bytes) and stop the worker, for good, since the
+# same input comes again after the restart. A letter of an input near the broker's 1 MB
+# limit exceeds it (JSON escapes, base64), so its raw is cut (`DeadLetter.fitted`).
+MAX_LETTER_BYTES = 900_000
+MAX_RECORD_BYTES = MAX_LETTER_BYTES  # of any record, key included; the same reason
 
 DeadKind = Literal["json", "schema", "version", "values", "tombstone", "tick", "internal"]
 """Why a message was dead-lettered, as a bounded word for metrics (the record has the text)."""
@@ -100,9 +115,20 @@ class Outputs:
         self._unlogged = 0
 
     def emit(self, spec: TopicSpec[Any], value: Any) -> None:
-        """Publish a typed value on its topic, keyed as the topic says."""
+        """Publish a typed value on its topic, keyed as the topic says.
+
+        A record too large for Kafka is dead-lettered instead (its own topic as the source):
+        sending it would stop the worker, again after every restart.
+        """
         key = spec.key_of(value).encode("utf-8")
-        self.records.append(Record(spec.full_name(self.prefix), key, spec.encode(value)))
+        topic, data = spec.full_name(self.prefix), spec.encode(value)
+        if len(key) + len(data) > MAX_RECORD_BYTES and spec is not DEADLETTER:
+            error = (
+                f"record of {len(key) + len(data)} bytes is over the limit of {MAX_RECORD_BYTES}"
+            )
+            self.dead(Source(topic, NOT_FROM_KAFKA, NOT_FROM_KAFKA, key), data, error, "internal")
+            return
+        self.records.append(Record(topic, key, data))
         if self._observe is not None:
             self._observe(value)
 
@@ -127,7 +153,7 @@ class Outputs:
             key=source.key,
             partition=source.partition,
             offset=source.offset,
-        )
+        ).fitted(MAX_LETTER_BYTES)
         self.emit(DEADLETTER, letter)
         counters = self.counters
         counters.deadletter += 1

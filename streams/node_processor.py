@@ -33,7 +33,7 @@ from streams.node_doc import (
     decode_meta,
     encode,
 )
-from streams.sanity import check_sample, unknown_devices
+from streams.sanity import check_node, check_sample, check_size, unknown_devices
 from streams.ticks import Tick
 from streams.usage import FLUSH_MS
 
@@ -93,6 +93,10 @@ class NodePartition:
         """Process one input message; its event time, or None when it was rejected."""
         if raw is None:
             out.dead(source, raw, "no value (a tombstone)", "tombstone")
+            return None
+        too_large = check_size(raw)
+        if too_large is not None:
+            out.dead(source, raw, too_large)
             return None
         if source.topic == self._samples:
             return self._sample(source, raw, out)
@@ -178,8 +182,10 @@ class NodePartition:
         except SchemaError as exc:
             out.rejected(source, raw, exc)
             return None
-        if not event.node:
-            out.dead(source, raw, "node is empty")
+        c = self.config
+        errors = check_node(event, None if c.now_ms is None else c.now_ms())
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
             return None
         node = self._node(event.node)
         if event.type == "DELETED":

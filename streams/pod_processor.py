@@ -25,7 +25,7 @@ from streams import pod_state
 from streams.deadletters import Counters, Outputs, Source
 from streams.pod_state import PodState
 from streams.pod_step import PodOutputs, step_pod_event, step_usage, step_watermark
-from streams.sanity import check_pod
+from streams.sanity import check_pod, check_size
 from streams.ticks import SourceWatermarks, Tick
 
 __all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
@@ -78,6 +78,10 @@ class PodPartition:
         """Process one input message; its event time, or None when it was rejected."""
         if raw is None:
             out.dead(source, raw, "no value (a tombstone)", "tombstone")
+            return None
+        too_large = check_size(raw)
+        if too_large is not None:
+            out.dead(source, raw, too_large)
             return None
         if source.topic == self._pods_topic:
             return self._pod_event(source, raw, out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
 from schemas.nvml_sample import NvmlSample
 
@@ -21,13 +22,21 @@ __all__ = [
     "MAX_INTERVAL_MS",
     "MAX_POWER_W",
     "MAX_TS_MS",
+    "MAX_VALUE_BYTES",
     "MIN_INTERVAL_MS",
     "MIN_TS_MS",
+    "check_node",
     "check_pod",
     "check_sample",
+    "check_size",
     "unknown_devices",
 ]
 
+# A node sample of 8 GPUs, each split into 7 MIG instances with a few processes, is under
+# 100 kB; pod and node events are a few kB. What is derived from one message (state in the
+# changelog, records) is about its size, and Kafka takes 1 MB at most: a larger state or
+# record would stop the worker. So a value larger than this is refused before decoding.
+MAX_VALUE_BYTES = 512 * 1024
 MIN_TS_MS = 1_420_070_400_000  # 2015-01-01Z: before Kubernetes 1.0; less is seconds, not ms
 MAX_TS_MS = 4_102_444_800_000  # 2100-01-01Z: more is micro- or nanoseconds, not ms
 MAX_AHEAD_MS = 86_400_000  # a day ahead of the wall clock: no synced clock is that far off
@@ -37,6 +46,13 @@ MAX_POWER_W = 5_000.0  # the largest GPU boards draw about 1.5 kW; more is milli
 CLOCK_SKEW_MS = 60_000  # kubelet vs API server clocks and 1 s timestamps: a minute's slack
 _MEM_SLACK = 100  # used may exceed total by total/100: drivers round the total down
 _SUM_RATIO, _SUM_SLACK = 1.5, 1 << 30  # processes vs device: separate reads, ms apart
+
+
+def check_size(raw: bytes) -> str | None:
+    """Why a message value is too large to process, or None."""
+    if len(raw) > MAX_VALUE_BYTES:
+        return f"value of {len(raw)} bytes is over the limit of {MAX_VALUE_BYTES} bytes"
+    return None
 
 
 def _time(field: str, ts: int, reference_ms: int | None) -> str | None:
@@ -137,4 +153,17 @@ def check_pod(pod: K8sPod, reference_ms: int | None) -> list[str]:
             errors.append(f"{field} {value} is before created_at {pod.created_at}")
     if pod.phase == "Running" and pod.node is None:
         errors.append("phase Running without a node")
+    return errors
+
+
+def check_node(node: K8sNode, reference_ms: int | None) -> list[str]:
+    """Why a node event cannot be true; `reference_ms` is the wall clock (None: no check).
+
+    Its `ts` moves the partition's stream time like a sample's does, so a node event a year
+    ahead would close every window of the partition at once: it is judged like a sample's.
+    """
+    errors = [] if node.node else ["node is empty"]
+    bad_ts = _time("ts", node.ts, reference_ms)
+    if bad_ts is not None:
+        errors.append(bad_ts)
     return errors
