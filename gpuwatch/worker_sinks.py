@@ -52,6 +52,7 @@ FIRST_PAUSE_S = 0.5  # first pause after Redis was found away; doubles up to RET
 RETRY_CAP_S = 10.0  # longest pause between attempts while Redis is away
 ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes about this)
 LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
+CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the group's
 
 
 def pipeline_counts(counters: Counters) -> PipelineCounts:
@@ -149,6 +150,8 @@ class RedisWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_log = 0.0
+        self._next_check = 0.0
+        self.group = redis_group(settings)
         self.written = 0
         """Records and live states Redis has taken."""
         self.rejected = 0
@@ -173,7 +176,7 @@ class RedisWriter:
     def _run(self) -> None:
         try:
             consumer = self._consumer or KafkaConsumer(
-                group_id=redis_group(self._settings),
+                group_id=self.group,
                 client_id="gpuwatch-redis-writer",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
@@ -196,21 +199,61 @@ class RedisWriter:
 
     def step(self, consumer: Any) -> None:
         """One poll: its records and the pending live GPU states into Redis, then commit."""
+        self._reconcile(consumer)
         polled = consumer.poll(timeout_ms=POLL_MS)
         batch: list[SinkRecord] = []
-        for messages in polled.values():
+        positions: dict[str, int] = {}
+        for tp, messages in polled.items():
             for m in messages:
                 record = self._decode(m)
                 if record is not None:
                     batch.append(record)
+            if messages:
+                positions[f"{tp.topic}:{tp.partition}"] = messages[-1].offset + 1
         states = self.live.take()
-        if not batch and not states:
+        if not positions and not states:
             return
-        if not self._write([*batch, *states], consumer):
+        if not self._write([*batch, *states], consumer, positions):
             self.live.put_back(states)
             return  # stopping with the batch unwritten: no commit, the next owner writes it
-        if batch:
+        if positions:
             consumer.commit()
+
+    def _reconcile(self, consumer: Any) -> None:
+        """Read again what Redis lost: its stored positions behind ours (every few seconds).
+
+        Redis restarted from an older snapshot (or empty) holds less than the group's
+        committed offsets say; the positions written with each batch tell how much less.
+        """
+        now = self._monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + CHECK_EVERY_S
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        try:
+            stored = self.redis.positions(self.group)
+        except SinkUnavailable:
+            return  # the write that follows waits for Redis
+        for tp in sorted(assigned):
+            at = consumer.position(tp)
+            kept = stored.get(f"{tp.topic}:{tp.partition}")
+            if kept is None:
+                start = consumer.beginning_offsets([tp])[tp]
+                if at is not None and at > start:
+                    log.warning(
+                        "Redis holds nothing of topic=%s partition=%d: writing it again "
+                        "from offset %d",
+                        tp.topic, tp.partition, start,
+                    )  # fmt: skip
+                    consumer.seek(tp, start)
+            elif at is not None and kept < at:
+                log.warning(
+                    "Redis lost writes of topic=%s partition=%d: writing offsets %d..%d again",
+                    tp.topic, tp.partition, kept, at - 1,
+                )  # fmt: skip
+                consumer.seek(tp, kept)
 
     def _decode(self, m: Any) -> SinkRecord | None:
         spec = self._decoders.get(m.topic)
@@ -230,19 +273,20 @@ class RedisWriter:
             return None
         return record
 
-    def _write(self, batch: list[SinkRecord], consumer: Any) -> bool:
-        """Write until Redis takes the batch; False when stopping first."""
+    def _write(self, batch: list[SinkRecord], consumer: Any, positions: dict[str, int]) -> bool:
+        """Write until Redis takes the batch and its positions; False when stopping first."""
         pause = FIRST_PAUSE_S
         paused = False
         try:
             while True:
                 try:
-                    self.redis.apply(batch)
+                    self.redis.apply(batch, (self.group, positions))
                     self.written += len(batch)
                     return True
                 except SinkRejected:
                     if self._one_by_one(batch):
-                        return True
+                        batch = []  # written one by one: the positions are left to store
+                        continue
                 except SinkUnavailable as exc:
                     self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
                 if not paused:

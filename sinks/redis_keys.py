@@ -74,6 +74,16 @@ class RedisKeys:
         """The four state sets, in the rank order of `STATES`."""
         return tuple(self.state(state) for state in STATES)
 
+    # -- the writer's own ------------------------------------------------------------------
+    def positions(self, group: str) -> str:
+        """Hash: `{topic}:{partition}` -> next offset written, of one consumer group.
+
+        Written in the same transaction as the records, so it says exactly what this Redis
+        holds: after Redis lost writes (a restart from an older snapshot) it is behind the
+        group's committed offsets, and the writer reads the difference again.
+        """
+        return f"{self.prefix}sink:positions:{group}"
+
     # -- GPUs -----------------------------------------------------------------------------
     def gpu(self, uuid: GpuUuid | str) -> str:
         """Hash: a GPU's live state from the latest node sample and its latest window (public)."""

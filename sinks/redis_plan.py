@@ -35,7 +35,9 @@ __all__ = [
     "plan",
 ]
 
-ScriptName = Literal["pod_transition", "pod_window", "timeline_add", "alert_state", "hset_if_newer"]
+ScriptName = Literal[
+    "pod_transition", "pod_window", "timeline_add", "alert_state", "hset_if_newer", "positions"
+]
 NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -202,6 +202,16 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. cutoff)
 return 1
 """,
     # KEYS hash[, index]. ARGV order field, order value, index member, field/value pairs.
+    # KEYS positions hash. ARGV field, offset, ...: each offset only moves forward.
+    "positions": """
+for i = 1, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if not cur or tonumber(cur) < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+""",
     "hset_if_newer": """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur and tonumber(cur) > tonumber(ARGV[2]) then return 0 end
@@ -297,11 +307,29 @@ class RedisSink:
         """The commands `apply` would send for `batch`."""
         return plan(batch, self.options)
 
-    def apply(self, batch: Iterable[SinkRecord]) -> None:
-        """Writes one batch; raises SinkUnavailable after the retry budget, SinkRejected."""
+    def apply(
+        self, batch: Iterable[SinkRecord], positions: tuple[str, Mapping[str, int]] | None = None
+    ) -> None:
+        """Writes one batch; raises SinkUnavailable after the retry budget, SinkRejected.
+
+        `positions` (group, `{topic}:{partition}` -> next offset) are stored in the same
+        transaction (`RedisKeys.positions`), so they say what this Redis holds.
+        """
         commands = self.plan(batch)
+        if positions is not None and positions[1]:
+            group, offsets = positions
+            args = tuple(str(part) for item in sorted(offsets.items()) for part in item)
+            commands.append(Command("positions", (self.options.keys.positions(group),), args))
         if commands:
             self.execute(commands)
+
+    def positions(self, group: str) -> dict[str, int]:
+        """The positions stored for `group` (empty when none); SinkUnavailable if unreachable."""
+        try:
+            raw = self._client.hgetall(self.options.keys.positions(group))
+        except (RedisConnectionError, RedisTimeoutError) as err:
+            raise SinkUnavailable(f"redis {self.target} unavailable: {err}") from err
+        return {_text(k): int(v) for k, v in raw.items()}
 
     def execute(self, commands: Sequence[Command]) -> None:
         """Sends planned commands in one transaction, retrying connection failures."""
@@ -355,6 +383,10 @@ class RedisSink:
                 if str(err).startswith(_TRANSIENT):
                     raise _Transient(str(err)) from err
                 raise SinkRejected(str(err)) from err
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class _Transient(Exception):  # noqa: N818 - internal marker, never escapes the sink

@@ -35,31 +35,57 @@ def transition(uid: str, ts: int = 1_764_412_000_000) -> PodLifecycle:
     return msgspec.convert(raw, PodLifecycle)
 
 
-class FakeConsumer:
-    """Polls hand out the batches given, one per poll; commits and pauses are recorded."""
+class TP(NamedTuple):
+    topic: str
+    partition: int
 
-    def __init__(self, batches: list[list[Msg]]) -> None:
+
+TP0 = TP(TOPIC, 0)
+
+
+class FakeConsumer:
+    """Polls hand out the batches given, one per poll; commits, pauses and seeks recorded."""
+
+    def __init__(self, batches: list[list[Msg]], position: int = 0, start: int = 0) -> None:
         self.batches = batches
         self.commits = 0
         self.polls_while_paused = 0
-        self._paused: set[str] = set()
+        self.at = position
+        self.start = start
+        self.seeks: list[int] = []
+        self._paused: set[TP] = set()
 
-    def poll(self, timeout_ms: int) -> dict[str, list[Msg]]:
+    def poll(self, timeout_ms: int) -> dict[TP, list[Msg]]:
         if self._paused:
             self.polls_while_paused += 1
             return {}
-        return {"tp": self.batches.pop(0)} if self.batches else {}
+        if not self.batches:
+            return {}
+        batch = self.batches.pop(0)
+        if batch:
+            self.at = batch[-1].offset + 1
+        return {TP0: batch}
 
-    def assignment(self) -> set[str]:
-        return {"tp"}
+    def assignment(self) -> set[TP]:
+        return {TP0}
 
-    def pause(self, *tps: str) -> None:
+    def position(self, tp: TP) -> int:
+        return self.at
+
+    def beginning_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return dict.fromkeys(tps, self.start)
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append(offset)
+        self.at = offset
+
+    def pause(self, *tps: TP) -> None:
         self._paused |= set(tps)
 
-    def paused(self) -> set[str]:
+    def paused(self) -> set[TP]:
         return set(self._paused)
 
-    def resume(self, *tps: str) -> None:
+    def resume(self, *tps: TP) -> None:
         self._paused -= set(tps)
 
     def commit(self) -> None:
@@ -75,13 +101,23 @@ class FakeRedis:
         self.failures = failures or []
         self.refuse = refuse
         self.applied: list[list[SinkRecord]] = []
+        self.stored: dict[str, int] = {}
 
-    def apply(self, batch: list[SinkRecord]) -> None:
+    def apply(
+        self, batch: list[SinkRecord], positions: tuple[str, dict[str, int]] | None = None
+    ) -> None:
         if self.failures:
             raise self.failures.pop(0)
         if self.refuse and any(getattr(r, "uid", None) == self.refuse for r in batch):
             raise SinkRejected("WRONGTYPE")
-        self.applied.append(list(batch))
+        if batch:
+            self.applied.append(list(batch))
+        if positions is not None:
+            for key, offset in positions[1].items():
+                self.stored[key] = max(offset, self.stored.get(key, 0))
+
+    def positions(self, group: str) -> dict[str, int]:
+        return dict(self.stored)
 
     def close(self) -> None:
         pass
@@ -161,6 +197,36 @@ def test_metrics_count_emitted_values_and_pipeline_counters() -> None:
     state = {"namespace": "ml", "pod": "train-0", "team": "vision", "node": "gpu-node-17"}
     assert get("gpuwatch_pod_state", state | {"state": "stalled"}) == 1  # the example's
     assert pipeline_counts(counters)["gpuwatch_duplicate_events"] == {(): 1.0}
+
+
+def test_positions_are_stored_with_the_batch_even_after_a_refused_record() -> None:
+    redis = FakeRedis(refuse="bad")
+    w = writer(redis)
+    w.step(FakeConsumer([msgs("a", "bad", "c")]))
+    assert redis.stored == {f"{TOPIC}:0": 3}
+
+
+def test_a_redis_that_lost_writes_is_written_again_from_where_it_stands() -> None:
+    redis = FakeRedis()
+    w = writer(redis)
+    consumer = FakeConsumer([msgs("a", "b", "c")])
+    w.step(consumer)
+    assert (redis.stored, consumer.at) == ({f"{TOPIC}:0": 3}, 3)
+    redis.stored[f"{TOPIC}:0"] = 1  # restarted from a snapshot taken after offset 0
+    w._next_check = 0.0
+    w.step(consumer)
+    assert consumer.seeks == [1]
+
+
+def test_an_empty_redis_is_written_again_from_the_start_and_a_fresh_one_is_not() -> None:
+    w = writer(FakeRedis())
+    fresh = FakeConsumer([], position=5, start=5)  # nothing before 5 left in the topic
+    w.step(fresh)
+    assert fresh.seeks == []
+    w._next_check = 0.0
+    emptied = FakeConsumer([], position=9, start=2)
+    w.step(emptied)
+    assert emptied.seeks == [2]
 
 
 def test_the_redis_writers_group_is_their_own() -> None:
