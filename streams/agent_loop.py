@@ -9,7 +9,8 @@ so the events of a partition reach it in order. Per batch:
    acknowledged before the state that says they were made is written;
 3. the changed state is written to the table's changelog, with the partition explicitly:
    Faust's `table[key] = value` takes the partition from the current event, which a batch
-   of several partitions does not have;
+   of several partitions does not have; `hand_over` then gives it to the producer's client
+   without waiting for the acks (the records of `send` wait for `flush` to hand them over);
 4. Faust acks the batch's events when the loop asks for the next batch, and commits the
    acked offsets later, after flushing the producer again (its default at-least-once).
 
@@ -115,6 +116,7 @@ class AgentLoop:
         committed: Committed,
         send: Callable[[Record], None],
         flush: Callable[[], Awaitable[None]],
+        hand_over: Callable[[], Awaitable[None]] | None = None,
         seek: Seek | None = None,
         start_of: StartOf = lambda topic, partition: None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -129,6 +131,7 @@ class AgentLoop:
         self._make = make
         self._send = send
         self._flush = flush
+        self._hand_over = hand_over
         self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
 
     @property
@@ -192,6 +195,8 @@ class AgentLoop:
         for partition in touched:
             positions = json.dumps(self.progress.positions(partition)).encode()
             self._table.write(partition, POSITIONS, positions)
+        if self._hand_over is not None:
+            await self._hand_over()  # state writes to the client, before the batch is acked
         await self.rewinds.seek()
 
     def forget(self, partitions: Iterable[int]) -> None:

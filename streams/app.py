@@ -1,14 +1,17 @@
 """The Faust app of the worker: topics, tables, the node and pod agents and the tick timer.
 
 Faust is untyped at this edge (`Any`); everything below the agents is plain code. Choices:
-raw bytes in and out (values are decoded once, by our msgspec codecs); `memory://` tables
-whose changelog topics restore them on a restart (Faust reads them before the agents get
-events); no standby replicas; no web server; Faust reads no environment variables of its
-own (`env={}`: the settings are read in one place, `gpuwatch.config`).
+raw bytes in and out (values are decoded once, by our msgspec codecs); outputs and table
+writes go to the Kafka client a record batch per partition (`Batches`), lz4-compressed,
+not message by message through Faust's buffer; `memory://` tables whose changelog topics
+restore them on a restart (Faust reads them before the agents get events); no standby
+replicas; no web server; Faust reads no environment variables of its own (`env={}`: the
+settings are read in one place, `gpuwatch.config`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -55,6 +58,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PRODUCER_BATCH_BYTES = 256 << 10  # under the broker's 1 MB message limit, with room
 
 
 @dataclass(frozen=True)
@@ -113,11 +118,77 @@ def credentials(kafka: KafkaSettings) -> Any:
     return None
 
 
+class Batches:
+    """Records handed to aiokafka as one record batch per topic partition, past Faust's buffer.
+
+    Faust's `send_soon` costs a future, a trip through its buffer and a callback per
+    message, and its flush an `asyncio.wait_for` per message: with several records per node
+    sample that was most of the worker's CPU (BENCHMARKS.md, worker). Here records wait in
+    a list until `hand_over` puts them into the client's batches (C code, one future a
+    batch); the client sends them as it sends Faust's, and `app.producer.flush()` (also
+    Faust's before each commit) waits for them. Order is kept per topic partition; a record
+    without a partition goes where Faust would put it (the client's partitioner).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._pending: dict[str, list[tuple[int | None, bytes | None, bytes | None]]] = {}
+        self._lock = asyncio.Lock()  # two agents hand over: one at a time keeps the order
+
+    def add(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> None:
+        """Keep a record until the next `hand_over`."""
+        self._pending.setdefault(topic, []).append((partition, key, value))
+
+    async def hand_over(self) -> None:
+        """Put every record kept so far into the client's batches (not waiting for acks)."""
+        async with self._lock:
+            if not self._pending:
+                return
+            pending, self._pending = self._pending, {}
+            producer = await self.app.maybe_start_producer()
+            client = producer._ensure_producer()  # the aiokafka producer (no public accessor)
+            for topic, records in pending.items():
+                await client.partitions_for(topic)  # metadata, for the partitioner
+                by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+                for explicit, key, value in records:
+                    partition = (
+                        producer.key_partition(topic, key).partition
+                        if explicit is None
+                        else explicit
+                    )
+                    by_partition.setdefault(partition, []).append((key, value))
+                for partition, items in by_partition.items():
+                    await _send_batches(client, topic, partition, items)
+
+
+async def _send_batches(
+    client: Any, topic: str, partition: int, items: list[tuple[bytes | None, bytes | None]]
+) -> None:
+    """Records of one topic partition, in order, in as few record batches as they fit."""
+    batch = client.create_batch()
+    for key, value in items:
+        if batch.append(key=key, value=value, timestamp=None) is not None:
+            continue
+        await client.send_batch(batch, topic, partition=partition)  # full: append closed it
+        batch = client.create_batch()
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            # Larger than a whole batch (no record of ours is): sent on its own, in order.
+            await client.send(topic, value, key=key, partition=partition)
+            batch = client.create_batch()
+    if batch.record_count():
+        batch.close()  # nothing else goes in (the client adds `send()`s to open batches)
+        await client.send_batch(batch, topic, partition=partition)
+
+
 class FaustTable:
     """A Faust table used with explicit partitions: keys are `b"<partition>|<key>"`."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, batches: Batches) -> None:
         self.table = table
+        self._batches = batches
+        self._changelog = table.changelog_topic.get_topic_name()
 
     def load(self, partition: int) -> list[tuple[bytes, bytes]]:
         """Every key (without its partition) and value of a partition."""
@@ -138,10 +209,9 @@ class FaustTable:
         if value is None:
             if full in data:
                 del data[full]
-            self.table.send_changelog(partition, full, None, value_serializer="raw")
         else:
             data[full] = value
-            self.table.send_changelog(partition, full, value)
+        self._batches.add(self._changelog, full, value, partition)
 
 
 @dataclass
@@ -178,6 +248,10 @@ def _app(settings: Settings, options: WorkerOptions) -> Any:
         autodiscover=False,
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
+        # A batch's records of one partition go out as one record batch (see `Batches`):
+        # Faust's 16 kB default holds one node document (about 11 kB).
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        producer_compression_type="lz4",
     )
 
 
@@ -188,6 +262,7 @@ class _Kafka:
         self.app = app
         self.partitions = settings.kafka.partitions
         self.topics: dict[str, Any] = {}
+        self.batches = Batches(app)
 
     def topic(self, name: str) -> Any:
         """The Faust topic of one name, raw bytes both ways."""
@@ -196,8 +271,9 @@ class _Kafka:
         return self.topics[name]
 
     def send(self, record: Record) -> None:
-        """Hand a record to the producer (flushed by the agent loop and before commits)."""
-        self.topic(record.topic).send_soon(key=record.key, value=record.value)
+        """Keep a record for the producer (handed over and flushed by the agent loop)."""
+        self.topic(record.topic)  # declared, so that Faust knows the topic
+        self.batches.add(record.topic, record.key, record.value, None)
 
     def table(self, name: str, changelog: str) -> FaustTable:
         """A memory table restored from its compacted changelog topic."""
@@ -210,7 +286,7 @@ class _Kafka:
             **_RAW,
         )
         table = self.app.Table(name, partitions=self.partitions, changelog_topic=log_topic, **_RAW)
-        return FaustTable(table)
+        return FaustTable(table, self.batches)
 
     def committed(self, topic: str, partition: int) -> int | None:
         """The committed offset Faust sought to or last committed (it has no public accessor)."""
@@ -219,6 +295,7 @@ class _Kafka:
 
     async def flush(self) -> None:
         """Wait until everything produced so far is acknowledged."""
+        await self.batches.hand_over()
         await self.app.producer.flush()
 
     async def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -309,6 +386,7 @@ def build(
             committed=kafka.committed,
             send=kafka.send,
             flush=kafka.flush,
+            hand_over=kafka.batches.hand_over,
             seek=kafka.seek,
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
         )
