@@ -22,9 +22,8 @@ from fault_services import Persistence, PrivateRedis, StartRedis, free_port  # n
 from worker_fixtures import (  # noqa: E402 - needs the path above
     NewScope,
     StartWorker,
-    Worker,
-    spawn_worker,
     topic_scopes,
+    worker_starter,
 )
 
 from schemas.settings import Settings  # noqa: E402
@@ -45,18 +44,8 @@ def new_scope(stack: Settings) -> Iterator[NewScope]:
 @pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
     """Start `gpuwatch worker` processes; every one is stopped (SIGTERM) after the test."""
-    started: list[Worker] = []
-
-    def start(
-        settings: Settings, instance: str = "w1", env: dict[str, str] | None = None
-    ) -> Worker:
-        log_path = tmp_path / f"worker-{len(started)}-{instance}.log"
-        started.append(spawn_worker(settings, log_path, instance, env))
-        return started[-1]
-
-    yield start
-    for worker in started:
-        worker.stop()
+    with worker_starter(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

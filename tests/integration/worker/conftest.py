@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
-from worker_fixtures import NewScope, StartWorker, Worker, spawn_worker, topic_scopes
+from worker_fixtures import NewScope, StartWorker, topic_scopes, worker_starter
 
 from schemas import ALL_TOPICS
 from schemas.export import JSON_DIR
@@ -36,18 +36,8 @@ def scoped(new_scope: NewScope) -> Settings:
 @pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
     """Start `gpuwatch worker` processes; every one is stopped (SIGTERM) after the test."""
-    started: list[Worker] = []
-
-    def start(
-        settings: Settings, instance: str = "w1", env: dict[str, str] | None = None
-    ) -> Worker:
-        log_path = tmp_path / f"worker-{len(started)}-{instance}.log"
-        started.append(spawn_worker(settings, log_path, instance, env))
-        return started[-1]
-
-    yield start
-    for worker in started:
-        worker.stop()
+    with worker_starter(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture(scope="session")

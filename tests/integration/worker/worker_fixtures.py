@@ -310,6 +310,26 @@ def spawn_worker(
     return Worker(process, log_path)
 
 
+@contextmanager
+def worker_starter(log_dir: Path) -> Iterator[StartWorker]:
+    """`start(settings, instance="w1", env=None)`: workers logging to `log_dir`, all stopped
+    (SIGTERM) on the way out."""
+    started: list[Worker] = []
+
+    def start(
+        settings: Settings, instance: str = "w1", env: dict[str, str] | None = None
+    ) -> Worker:
+        log_path = log_dir / f"worker-{len(started)}-{instance}.log"
+        started.append(spawn_worker(settings, log_path, instance, env))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.stop()
+
+
 def wait_for(
     what: str, check: Callable[[], Any], worker: Worker | None = None, timeout_s: float = 45.0
 ) -> Any:
