@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from topic_io import consume_all
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import manager, processes
@@ -191,9 +192,12 @@ def ticked(run: Run, seq: int) -> Callable[[], bool]:
     return lambda: run.agent.seq >= seq
 
 
-@pytest.fixture(scope="module")
-def outage(isolated: Settings, consume: Consume) -> dict[str, Run]:
-    """Two agents, one with a big buffer and one with a tiny one, through one Kafka outage."""
+def ride_out_outage(
+    isolated: Settings, ticks: int, figures: dict[str, float | int] | None = None
+) -> dict[str, Run]:
+    """Two agents, one with a big buffer and one with a tiny one, through a Kafka outage of
+    `ticks` samples; their runs once stopped, with the seqs that reached the topic."""
+    figures = {} if figures is None else figures
     threads_before = set(threading.enumerate())
     one = sample_bytes() + 64  # readings vary a little in length
     runs: dict[str, Run] = {}
@@ -204,30 +208,40 @@ def outage(isolated: Settings, consume: Consume) -> dict[str, Run]:
         )
         both = list(runs.values())
         wait_for(lambda: all(r.publisher.stats.sent >= 10 for r in both), 30, "10 acks each")
-
         for run in both:
             run.at_outage = run.agent.seq
-        started = time.monotonic()
+        went = time.monotonic()
         old_pid = stop_kafka(isolated)
         for run in both:
-            wait_for(ticked(run, run.at_outage + OUTAGE_TICKS), 30, f"{run.node}: outage ticks")
-            run.outage_ticks_s = time.monotonic() - started
+            wait_for(
+                ticked(run, run.at_outage + ticks),
+                ticks * INTERVAL_S + 30,
+                f"{run.node}: {ticks} samples without the broker",
+            )
+            run.outage_ticks_s = time.monotonic() - went
             run.dropped_during_outage = run.publisher.outbox.dropped
+        figures["broker_down_s"] = round(time.monotonic() - went, 1)
+        big = runs["big"].publisher
+        figures["buffered_bytes_big"] = big.outbox.size_bytes + big.in_flight_bytes
 
+        up = time.monotonic()
         statuses = {s.name: s for s in manager.up(isolated)}
         assert statuses["kafka"].state == "up"
         assert statuses["kafka"].pid not in (None, old_pid)
-        at_back = {run.node: (run.agent.seq, run.publisher.stats.sent) for run in both}
+        figures["broker_restart_s"] = round(time.monotonic() - up, 1)
+        acked = {r.node: r.publisher.stats.sent for r in both}
         wait_for(
-            lambda: all(r.agent.seq >= at_back[r.node][0] + 20 for r in both),
-            30,
-            "20 ticks after Kafka is back",
-        )
-        wait_for(
-            lambda: all(r.publisher.stats.sent > at_back[r.node][1] for r in both),
+            lambda: all(r.publisher.stats.sent > acked[r.node] for r in both),
             60,
             "an ack each after Kafka is back",
         )
+        figures["first_ack_after_up_s"] = round(time.monotonic() - up, 1)
+        wait_for(
+            lambda: len(big.outbox) == 0 and big.in_flight_bytes == 0, 60, "the big buffer to drain"
+        )
+        figures["drained_after_up_s"] = round(time.monotonic() - up, 1)
+        at_back = {r.node: r.agent.seq for r in both}
+        wait_for(lambda: all(r.agent.seq >= at_back[r.node] + 20 for r in both), 30, "20 ticks")
     finally:
         for run in runs.values():
             run.stop.set()
@@ -237,14 +251,20 @@ def outage(isolated: Settings, consume: Consume) -> dict[str, Run]:
     wait_for(
         lambda: not set(threading.enumerate()) - threads_before, 10, "the agents' threads to end"
     )
-    for run in both:
+    for run in runs.values():
         assert len(run.publisher.outbox) == 0
         assert run.publisher.in_flight_bytes == 0
-        records = consume(run.settings, run.topic)
+        records = consume_all(run.settings, run.topic)
         assert {r.key for r in records} == {run.node.encode()}
         assert len({r.partition for r in records}) == 1
         run.seqs = tuple(NVML_SAMPLES.decode(r.value).seq for r in records)
     return runs
+
+
+@pytest.fixture(scope="module")
+def outage(isolated: Settings) -> dict[str, Run]:
+    """Two agents, one with a big buffer and one with a tiny one, through one Kafka outage."""
+    return ride_out_outage(isolated, OUTAGE_TICKS)
 
 
 def test_a_big_buffer_rides_out_the_outage_without_loss(outage: dict[str, Run]) -> None:
