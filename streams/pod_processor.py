@@ -3,16 +3,19 @@
 `k8s.pods` and `pod.usage` are both keyed by pod uid and co-partitioned, so one partition
 holds every input of its pods: the join is a dict of `PodState` by uid, stored in a table
 (Faust's stream and table joins are not implemented). Each input runs one step of the
-pure core (`streams.pod_step`); ticks run `step_watermark` for every pod of the partition
-at the pod side's watermark, the lowest node-side stream time of all partitions, so that a
-window closes only once every node partition has flushed the usage it could hold.
+pure core (`streams.pod_step`); ticks run `step_watermark` at the pod side's watermark,
+the lowest node-side stream time of all partitions, so that a window closes only once
+every node partition has flushed the usage it could hold. A tick steps only the pods
+something is due of (`next_due`: a window to close, a queued alert, a finished pod to
+forget), and a pod's next input first steps it to the watermark it missed, so the outputs
+are those of stepping every pod on every tick at a fraction of the work: at 40,000 pods
+most ticks are due for a few hundred.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
 
 import msgspec
 
@@ -24,15 +27,18 @@ from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USA
 from streams import pod_state
 from streams.deadletters import Counters, Outputs, Source
 from streams.pod_state import PodState
-from streams.pod_step import PodOutputs, step_pod_event, step_usage, step_watermark
+from streams.pod_step import (
+    FINISHED_KEEP_MS,
+    PodOutputs,
+    next_due,
+    step_pod_event,
+    step_usage,
+    step_watermark,
+)
 from streams.sanity import check_pod, check_size
 from streams.ticks import SourceWatermarks, Tick
 
 __all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
-
-# A finished pod's state is kept this long (event time) after it finished, so a late pod
-# event or usage still finds it finished instead of starting a new, unnamed pod.
-FINISHED_KEEP_MS: Final = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,12 @@ class PodPartition:
         self.config = config
         self.counters = counters
         self.pods: dict[PodUid, PodState] = {}
-        for key, raw in stored:
-            self.pods[PodUid(key.decode())] = pod_state.decode(raw)
+        self._due: dict[PodUid, int] = {}
+        """Stream time at which each pod next needs a watermark step (`next_due`)."""
+        self._stepped: dict[PodUid, int] = {}
+        """The watermark each pod was last stepped to."""
+        for _key, raw in stored:
+            self._keep(pod_state.decode(raw))
         self.sources = SourceWatermarks(config.partitions)
         self.stream_time: int | None = None
         """Largest event time of the partition's inputs."""
@@ -88,27 +98,45 @@ class PodPartition:
         return self._usage(source, raw, out)
 
     def on_tick(self, tick: Tick, out: Outputs) -> None:
-        """A tick whose data is in: step every pod to the new watermark, if it moved."""
+        """A tick whose data is in: step the pods due by the new watermark, if it moved."""
         self.counters.ticks += 1
         wm = self.sources.update(tick.claims)
         if wm is None or (self.applied is not None and wm <= self.applied):
             return
         self.applied = wm
-        c = self.config
-        for uid in sorted(self.pods):
-            before = self.pods[uid]
-            after, outputs = step_watermark(before, wm, c.rules, c.windows)
-            self._publish(outputs, out)
+        for uid in sorted(uid for uid, at in self._due.items() if at <= wm):
+            after = self._catch_up(self.pods[uid], out)
             finished = after.state == "finished" and not after.windows
             if finished and wm >= after.since + FINISHED_KEEP_MS:
                 del self.pods[uid]
+                self._due.pop(uid, None)
+                self._stepped.pop(uid, None)
                 self._gone.add(uid)
-                continue
-            self.pods[uid] = after
-            # A watermark alone moves `horizon`; storing that for every pod on every tick
-            # would rewrite the whole table each second. Stepping to it again is a no-op.
-            if msgspec.structs.replace(after, horizon=before.horizon) != before:
-                self._dirty.add(uid)
+
+    def _catch_up(self, state: PodState, out: Outputs) -> PodState:
+        """The pod stepped to the watermark applied last, unless it was already."""
+        uid, wm = state.uid, self.applied
+        if wm is None or self._stepped.get(uid) == wm:
+            return state
+        c = self.config
+        after, outputs = step_watermark(state, wm, c.rules, c.windows)
+        self._publish(outputs, out)
+        self._stepped[uid] = wm
+        self._keep(after)
+        # A watermark alone moves `horizon`; storing that for every pod on every tick
+        # would rewrite the whole table each second. Stepping to it again is a no-op.
+        if msgspec.structs.replace(after, horizon=state.horizon) != state:
+            self._dirty.add(uid)
+        return after
+
+    def _keep(self, state: PodState) -> None:
+        """Hold a pod's state and when it is next due."""
+        self.pods[state.uid] = state
+        due = next_due(state, self.config.rules, self.config.windows)
+        if due is None:
+            self._due.pop(state.uid, None)
+        else:
+            self._due[state.uid] = due
 
     def take_writes(self) -> list[tuple[bytes, bytes | None]]:
         """States changed since the last call (None: delete)."""
@@ -133,7 +161,7 @@ class PodPartition:
         if errors:
             out.dead(source, raw, "; ".join(errors))
             return None
-        before = self.pods.get(event.uid)
+        before = self._current(event.uid, out)
         after, outputs = step_pod_event(before, event, c.rules, c.windows)
         self._store(before, after, outputs, out)
         self._observe(event.ts)
@@ -146,7 +174,7 @@ class PodPartition:
             out.rejected(source, raw, exc)
             return None
         c = self.config
-        before = self.pods.get(usage.uid)
+        before = self._current(usage.uid, out)
         after, outputs = step_usage(before, usage, c.rules, c.windows)
         self.counters.late += outputs.late_usage
         self._store(before, after, outputs, out)
@@ -162,9 +190,17 @@ class PodPartition:
         if after == before:
             self.counters.duplicates += 1
             return
-        self.pods[after.uid] = after
+        if before is None and self.applied is not None:
+            # New since the last tick: stepping every pod would not have stepped it yet.
+            self._stepped[after.uid] = self.applied
+        self._keep(after)
         self._dirty.add(after.uid)
         self._gone.discard(after.uid)
+
+    def _current(self, uid: PodUid, out: Outputs) -> PodState | None:
+        """A pod's state as of the watermark applied last (None: a pod not seen)."""
+        state = self.pods.get(uid)
+        return None if state is None else self._catch_up(state, out)
 
     def _publish(self, outputs: PodOutputs, out: Outputs) -> None:
         out.emit_all(POD_LIFECYCLE, outputs.lifecycle)
