@@ -25,6 +25,7 @@ from schemas.pod_lifecycle import PodLifecycle
 from .redis_keys import RedisKeys
 
 __all__ = [
+    "GPU_LIVE_CHUNK",
     "Command",
     "GpuLive",
     "PlanOptions",
@@ -36,9 +37,19 @@ __all__ = [
 ]
 
 ScriptName = Literal[
-    "pod_transition", "pod_window", "timeline_add", "alert_state", "hset_if_newer", "positions"
+    "pod_transition",
+    "pod_window",
+    "timeline_add",
+    "alert_state",
+    "hset_if_newer",
+    "gpu_live",
+    "positions",
 ]
 NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
+GPU_LIVE_CHUNK = 500
+"""GPUs per `gpu_live` call: one call is one round of Lua in Redis, short enough (about a
+millisecond) not to hold other clients up, long enough that the calls of a 40,000-GPU
+fleet's second are few."""
 
 
 class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,7 +139,8 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
 
     GPU live states and GPU windows are coalesced per GPU to the newest one in the batch
     (at 40,000 GPU-samples/s most of a batch is superseded readings); other records with
-    the same identity are planned once.
+    the same identity are planned once. The live states go out `GPU_LIVE_CHUNK` GPUs to a
+    call, where the first of them was in the batch.
     """
     opts = options or PlanOptions()
     newest_gpu: dict[tuple[str, GpuUuid], tuple[int, int, GpuLive | GpuWindow]] = {}
@@ -143,7 +155,16 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
         elif (identity := _identity(record)) not in seen:
             seen.add(identity)
             planned.append((position, _commands(record, opts)))
-    planned += [(position, _commands(r, opts)) for position, _, r in newest_gpu.values()]
+    live: list[tuple[int, GpuLive]] = []
+    for position, _, record in newest_gpu.values():
+        if isinstance(record, GpuLive):
+            live.append((position, record))
+        else:
+            planned.append((position, [_gpu_window(record, opts)]))
+    live.sort(key=lambda item: item[0])
+    for at in range(0, len(live), GPU_LIVE_CHUNK):
+        chunk = live[at : at + GPU_LIVE_CHUNK]
+        planned.append((chunk[0][0], [_gpu_live([r for _, r in chunk], opts)]))
     planned.sort(key=lambda item: item[0])
     return [command for _, commands in planned for command in commands]
 
@@ -166,7 +187,7 @@ def _commands(record: SinkRecord, opts: PlanOptions) -> list[Command]:
     if isinstance(record, Alert):
         return _alert(record, opts)
     if isinstance(record, GpuLive):
-        return [_gpu_live(record, opts)]
+        return [_gpu_live([record], opts)]
     return [_gpu_window(record, opts)]
 
 
@@ -262,23 +283,41 @@ def _timeline(
     return Command("timeline_add", stream_keys, (*head, *_flat(fields)))
 
 
-def _gpu_live(record: GpuLive, opts: PlanOptions) -> Command:
-    """The GPU hash's live fields, unless a newer sample already wrote them."""
-    fields = {
-        "node": record.node,
-        "model": record.model,
-        "sharing": record.sharing,
-        "parent_uuid": _s(record.parent_uuid),
-        "util_pct": _s(record.util_pct),
-        "mem_used_bytes": str(record.mem_used_bytes),
-        "mem_total_bytes": str(record.mem_total_bytes),
-        "pods": _json(record.pods),
-        "idle_since": _s(record.idle_since),
-    }
-    keys = (opts.keys.gpu(record.uuid), opts.keys.gpus())
-    return Command(
-        "hset_if_newer", keys, ("updated_at", str(record.ts), record.uuid, *_flat(fields))
-    )
+def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
+    """The GPU hashes' live fields, each unless a newer sample already wrote them.
+
+    One call for many GPUs: keys are the GPU index then each GPU's hash; the one argument
+    is a JSON array of rows `[uuid, updated_at, field, value, ...]`, all strings, in the
+    order of the keys. Per GPU that is a few string formats here, not a script call.
+    """
+    keys = opts.keys
+    rows = [
+        (
+            r.uuid,
+            str(r.ts),
+            "node",
+            r.node,
+            "model",
+            r.model,
+            "sharing",
+            r.sharing,
+            "parent_uuid",
+            r.parent_uuid or "",
+            "util_pct",
+            "" if r.util_pct is None else repr(r.util_pct),
+            "mem_used_bytes",
+            str(r.mem_used_bytes),
+            "mem_total_bytes",
+            str(r.mem_total_bytes),
+            "pods",
+            _json(r.pods),
+            "idle_since",
+            "" if r.idle_since is None else str(r.idle_since),
+        )
+        for r in records
+    ]
+    gpu_keys = tuple(keys.gpu(r.uuid) for r in records)
+    return Command("gpu_live", (keys.gpus(), *gpu_keys), (msgspec.json.encode(rows).decode(),))
 
 
 def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:

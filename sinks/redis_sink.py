@@ -212,6 +212,23 @@ for i = 1, #ARGV, 2 do
 end
 return 1
 """,
+    # KEYS index, hash per GPU. ARGV one JSON array of rows [uuid, updated_at, field, value,
+    # ...], one per hash in KEYS order. Each hash takes its row unless it holds a newer
+    # updated_at; the index scores each uuid by its newest updated_at.
+    "gpu_live": """
+local rows = cjson.decode(ARGV[1])
+local written = 0
+for i, row in ipairs(rows) do
+  local key = KEYS[i + 1]
+  local cur = redis.call('HGET', key, 'updated_at')
+  if not cur or tonumber(cur) <= tonumber(row[2]) then
+    redis.call('HSET', key, 'updated_at', row[2], unpack(row, 3))
+    redis.call('ZADD', KEYS[1], 'GT', row[2], row[1])
+    written = written + 1
+  end
+end
+return written
+""",
     "hset_if_newer": """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur and tonumber(cur) > tonumber(ARGV[2]) then return 0 end

@@ -17,7 +17,14 @@ from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from sinks.redis_keys import RedisKeys
-from sinks.redis_plan import Command, GpuLive, PlanOptions, gpu_live_states, plan
+from sinks.redis_plan import (
+    GPU_LIVE_CHUNK,
+    Command,
+    GpuLive,
+    PlanOptions,
+    gpu_live_states,
+    plan,
+)
 
 OPTS = PlanOptions(keys=RedisKeys("t:"), finished_ttl_s=600, timeline_maxlen=50)
 
@@ -186,12 +193,33 @@ def test_alert_on_a_gpu_has_no_pod_timeline() -> None:
 
 def test_gpu_live_is_coalesced_to_the_newest_reading_per_gpu_in_batch_order() -> None:
     batch = [gpu(GPU_0, 1000), gpu(GPU_1, 900), gpu(GPU_0, 3000, util_pct=None), gpu(GPU_0, 2000)]
-    first, second = plan(batch, OPTS)
-    assert first.keys == ("t:gpu:" + GPU_1, "t:gpus")
-    assert second.args[:3] == ("updated_at", "3000", GPU_0)
-    assert args_of(second)["util_pct"] == ""
-    assert args_of(second)["pods"] == f'["{POD_UID}"]'
-    assert args_of(second)["idle_since"] == "500"
+    (command,) = plan(batch, OPTS)
+    assert command.script == "gpu_live"
+    assert command.keys == ("t:gpus", "t:gpu:" + GPU_1, "t:gpu:" + GPU_0)
+    first, second = msgspec.json.decode(command.args[0])
+    assert first[:2] == [GPU_1, "900"]
+    assert second[:2] == [GPU_0, "3000"]
+    fields = dict(zip(second[2::2], second[3::2], strict=True))
+    assert fields == {
+        "node": "gpu-node-17",
+        "model": "H100",
+        "sharing": "exclusive",
+        "parent_uuid": "",
+        "util_pct": "",
+        "mem_used_bytes": "10",
+        "mem_total_bytes": "80",
+        "pods": f'["{POD_UID}"]',
+        "idle_since": "500",
+    }
+
+
+def test_gpu_live_goes_out_in_calls_of_a_bounded_number_of_gpus() -> None:
+    gpus = [gpu(f"GPU-{n:04d}", 1000) for n in range(GPU_LIVE_CHUNK + 1)]
+    commands = plan([lifecycle(), *gpus], OPTS)
+    assert [c.script for c in commands] == ["timeline_add", "pod_transition", *["gpu_live"] * 2]
+    assert [len(c.keys) - 1 for c in commands[2:]] == [GPU_LIVE_CHUNK, 1]
+    assert [len(msgspec.json.decode(c.args[0])) for c in commands[2:]] == [GPU_LIVE_CHUNK, 1]
+    assert commands[3].keys[1] == f"t:gpu:GPU-{GPU_LIVE_CHUNK:04d}"
 
 
 def test_gpu_window_writes_window_fields_only() -> None:
@@ -248,5 +276,7 @@ def test_plan_is_deterministic_and_keeps_one_newest_reading_per_gpu(
     commands = plan(batch, OPTS)
     assert commands == plan(list(batch), OPTS)
     newest = {uuid: max(ts for u, ts in readings if u == uuid) for uuid, _ in readings}
-    assert {c.args[2]: int(c.args[1]) for c in commands} == newest
-    assert len(commands) == len(newest)
+    (command,) = commands
+    rows = msgspec.json.decode(command.args[0])
+    assert {row[0]: int(row[1]) for row in rows} == newest
+    assert len(rows) == len(newest)
