@@ -7,15 +7,19 @@ so the events of a partition reach it in order. Per batch:
    ticks wait in `Progress` until the data before them is processed, then run;
 2. the records the batch made are sent, and the producer is flushed: outputs are
    acknowledged before the state that says they were made is written;
-3. the changed state is written to the table's changelog, with the partition explicitly:
-   Faust's `table[key] = value` takes the partition from the current event, which a batch
-   of several partitions does not have; `hand_over` then gives it to the producer's client
-   without waiting for the acks (the records of `send` wait for `flush` to hand them over);
+3. every `state_every_s` (not every batch: a node's document is twice its sample's bytes,
+   and writing it once a second per node was a tenth of the worker's CPU), the state
+   changed since the last write is written to the table's changelog, with the partition
+   explicitly: Faust's `table[key] = value` takes the partition from the current event,
+   which a batch of several partitions does not have; `hand_over` then gives it to the
+   producer's client without waiting for the acks (the records of `send` wait for `flush`
+   to hand them over);
 4. Faust acks the batch's events when the loop asks for the next batch, and commits the
    acked offsets later, after flushing the producer again (its default at-least-once).
 
-A crash loses at most the work after the last commit: the inputs come again, replays that
-the state already holds are skipped, and the rest gives records equal to the lost ones.
+A crash loses at most the work after the last state write: the inputs come again from
+the positions stored with it, replays that the state already holds are skipped, and the
+rest gives records equal to the ones already sent (at-least-once, same identities).
 
 With the state, each partition stores the next offset of each input it has processed
 (`POSITIONS`), so that after a restart or a rebalance the loop knows where its state ends
@@ -41,6 +45,7 @@ __all__ = [
     "BATCH_MAX",
     "BATCH_WITHIN_S",
     "POSITIONS",
+    "STATE_EVERY_S",
     "AgentLoop",
     "Message",
     "Processor",
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input at most
 BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
+STATE_EVERY_S = 5.0  # state writes at most this often: what a crash has to read again
 POSITIONS = b"@positions"  # no processor key starts with "@" (node names, pod uids, b"")
 
 
@@ -120,6 +126,7 @@ class AgentLoop:
         seek: Seek | None = None,
         start_of: StartOf = lambda topic, partition: None,
         monotonic: Callable[[], float] = time.monotonic,
+        state_every_s: float = 0.0,
     ) -> None:
         self.name = name
         self.tick_topic = tick_topic
@@ -133,6 +140,11 @@ class AgentLoop:
         self._flush = flush
         self._hand_over = hand_over
         self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
+        self._monotonic = monotonic
+        self._state_every_s = state_every_s
+        self._state_due = 0.0
+        self._unwritten: set[int] = set()
+        """Partitions with inputs processed since their positions were last written."""
 
     @property
     def counters(self) -> Counters:
@@ -147,7 +159,7 @@ class AgentLoop:
     async def process(self, messages: list[Message]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
         out = self.outputs
-        touched: set[int] = set()
+        touched = self._unwritten
         for m in messages:
             processor = self._processor(m.partition)
             source = Source(m.topic, m.partition, m.offset, m.key)
@@ -189,21 +201,31 @@ class AgentLoop:
             self._send(record)
         if records:
             await self._flush()
+        now = self._monotonic()
+        if now >= self._state_due:
+            self._state_due = now + self._state_every_s
+            self._write_state()
+            if self._hand_over is not None:
+                await self._hand_over()  # state writes to the client, before the batch is acked
+        await self.rewinds.seek()
+
+    def _write_state(self) -> None:
+        """The state changed since the last write, and each partition's input positions."""
         for partition, processor in self.partitions.items():
             for key, value in processor.take_writes():
                 self._table.write(partition, key, value)
-        for partition in touched:
-            positions = json.dumps(self.progress.positions(partition)).encode()
-            self._table.write(partition, POSITIONS, positions)
-        if self._hand_over is not None:
-            await self._hand_over()  # state writes to the client, before the batch is acked
-        await self.rewinds.seek()
+        for partition in sorted(self._unwritten):
+            if partition in self.partitions:
+                positions = json.dumps(self.progress.positions(partition)).encode()
+                self._table.write(partition, POSITIONS, positions)
+        self._unwritten.clear()
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop the processors of revoked partitions; they reload from the table if they return."""
         gone = set(partitions)
         for partition in gone:
             self.partitions.pop(partition, None)
+            self._unwritten.discard(partition)
         self.progress.forget(gone)
         self.rewinds.forget(gone)
 

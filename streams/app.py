@@ -39,7 +39,7 @@ from schemas.topics import (
     POD_LIFECYCLE,
     POD_USAGE,
 )
-from streams.agent_loop import AgentLoop, Make
+from streams.agent_loop import STATE_EVERY_S, AgentLoop, Make
 from streams.deadletters import Counters, Outputs, Record
 from streams.integrals import PriceBook
 from streams.node_processor import NodeConfig, NodePartition
@@ -389,6 +389,7 @@ def build(
             hand_over=kafka.batches.hand_over,
             seek=kafka.seek,
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
+            state_every_s=STATE_EVERY_S,
         )
 
     node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))

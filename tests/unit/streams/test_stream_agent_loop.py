@@ -61,6 +61,7 @@ def loop(
     counters: Counters,
     seek: Any = None,
     now: Callable[[], float] = lambda: 0.0,
+    state_every_s: float = 0.0,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     table, made = Table(log), {}
 
@@ -85,6 +86,7 @@ def loop(
         seek=seek,
         start_of=lambda topic, partition: 0,
         monotonic=now,
+        state_every_s=state_every_s,
     )
     return agent, table, made
 
@@ -104,6 +106,32 @@ def test_outputs_are_acknowledged_before_the_state_that_made_them_is_written() -
     ]
     assert sorted(made) == [0, 1]
     assert agent.watermark.stream_time == 1000
+
+
+def test_state_is_written_at_most_every_state_interval_with_the_positions_it_holds() -> None:
+    log: list[str] = []
+    clock = {"t": 100.0}
+    agent, table, _ = loop(log, Counters(), now=lambda: clock["t"], state_every_s=5.0)
+    asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
+    assert log[-2:] == ["write 0/0", "write 0/@positions"]
+    log.clear()
+    clock["t"] += 4.9
+    asyncio.run(agent.process([Message(IN, 0, 1, None, b"b"), Message(IN, 1, 0, None, b"c")]))
+    assert log == ["send t.out", "send t.out", "flush"]  # outputs go, state waits
+    assert table.data[(0, b"@positions")] == b'{"t.in": 1}'
+    clock["t"] += 0.1
+    asyncio.run(agent.process([Message(IN, 1, 1, None, b"d")]))
+    assert log[3:] == [
+        "send t.out",
+        "flush",
+        "write 0/1",
+        "write 1/0",
+        "write 1/1",
+        "write 0/@positions",
+        "write 1/@positions",
+    ]
+    assert table.data[(0, b"@positions")] == b'{"t.in": 2}'
+    assert table.data[(1, b"@positions")] == b'{"t.in": 2}'
 
 
 def test_an_error_of_ours_becomes_a_dead_letter_and_the_batch_goes_on() -> None:
