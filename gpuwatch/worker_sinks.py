@@ -213,7 +213,7 @@ class RedisWriter:
         states = self.live.take()
         if not positions and not states:
             return
-        if not self._write([*batch, *states], consumer, positions):
+        if not self._write(batch, states, consumer, positions):
             self.live.put_back(states)
             return  # stopping with the batch unwritten: no commit, the next owner writes it
         if positions:
@@ -273,19 +273,25 @@ class RedisWriter:
             return None
         return record
 
-    def _write(self, batch: list[SinkRecord], consumer: Any, positions: dict[str, int]) -> bool:
-        """Write until Redis takes the batch and its positions; False when stopping first."""
+    def _write(
+        self,
+        batch: list[SinkRecord],
+        live: list[GpuLive],
+        consumer: Any,
+        positions: dict[str, int],
+    ) -> bool:
+        """Write until Redis takes the batch, live states and positions; False when stopping."""
         pause = FIRST_PAUSE_S
         paused = False
         try:
             while True:
                 try:
-                    self.redis.apply(batch, (self.group, positions))
-                    self.written += len(batch)
+                    self.redis.apply(batch, (self.group, positions), live)
+                    self.written += len(batch) + len(live)
                     return True
                 except SinkRejected:
-                    if self._one_by_one(batch):
-                        batch = []  # written one by one: the positions are left to store
+                    if self._one_by_one([*batch, *live]):
+                        batch, live = [], []  # written one by one: the positions are left
                         continue
                 except SinkUnavailable as exc:
                     self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")

@@ -8,7 +8,7 @@ so the same batch always plans the same commands (the unit tests compare them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -34,6 +34,7 @@ __all__ = [
     "gpu_live",
     "gpu_live_states",
     "plan",
+    "plan_live",
 ]
 
 ScriptName = Literal[
@@ -167,6 +168,15 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
         planned.append((chunk[0][0], [_gpu_live([r for _, r in chunk], opts)]))
     planned.sort(key=lambda item: item[0])
     return [command for _, commands in planned for command in commands]
+
+
+def plan_live(states: Sequence[GpuLive], options: PlanOptions | None = None) -> list[Command]:
+    """The calls that write live states already coalesced (at most one per GPU), in order."""
+    opts = options or PlanOptions()
+    return [
+        _gpu_live(list(states[at : at + GPU_LIVE_CHUNK]), opts)
+        for at in range(0, len(states), GPU_LIVE_CHUNK)
+    ]
 
 
 def _identity(record: PodLifecycle | Attribution | Alert) -> tuple[object, ...]:

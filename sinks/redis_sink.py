@@ -31,7 +31,7 @@ from redis.retry import Retry
 from schemas.settings import RedisSettings
 
 from .redis_keys import DEFAULT_PREFIX, RedisKeys
-from .redis_plan import Command, PlanOptions, ScriptName, SinkRecord, plan
+from .redis_plan import Command, GpuLive, PlanOptions, ScriptName, SinkRecord, plan, plan_live
 
 __all__ = [
     "SCRIPTS",
@@ -325,14 +325,19 @@ class RedisSink:
         return plan(batch, self.options)
 
     def apply(
-        self, batch: Iterable[SinkRecord], positions: tuple[str, Mapping[str, int]] | None = None
+        self,
+        batch: Iterable[SinkRecord],
+        positions: tuple[str, Mapping[str, int]] | None = None,
+        live: Sequence[GpuLive] = (),
     ) -> None:
         """Writes one batch; raises SinkUnavailable after the retry budget, SinkRejected.
 
         `positions` (group, `{topic}:{partition}` -> next offset) are stored in the same
-        transaction (`RedisKeys.positions`), so they say what this Redis holds.
+        transaction (`RedisKeys.positions`), so they say what this Redis holds. `live` are
+        GPU live states already coalesced to one per GPU (`LiveGpus`), written as they are.
         """
         commands = self.plan(batch)
+        commands += plan_live(live, self.options)
         if positions is not None and positions[1]:
             group, offsets = positions
             args = tuple(str(part) for item in sorted(offsets.items()) for part in item)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
 import msgspec
@@ -15,7 +16,7 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
 from schemas.topics import POD_LIFECYCLE
 from sinks.live_gpus import LiveGpus
-from sinks.redis_plan import SinkRecord
+from sinks.redis_plan import GpuLive, SinkRecord
 from sinks.redis_sink import RedisSink, SinkRejected, SinkUnavailable
 from streams.deadletters import Counters
 
@@ -104,10 +105,14 @@ class FakeRedis:
         self.stored: dict[str, int] = {}
 
     def apply(
-        self, batch: list[SinkRecord], positions: tuple[str, dict[str, int]] | None = None
+        self,
+        batch: list[SinkRecord],
+        positions: tuple[str, dict[str, int]] | None = None,
+        live: Sequence[GpuLive] = (),
     ) -> None:
         if self.failures:
             raise self.failures.pop(0)
+        batch = [*batch, *live]
         if self.refuse and any(getattr(r, "uid", None) == self.refuse for r in batch):
             raise SinkRejected("WRONGTYPE")
         if batch:
