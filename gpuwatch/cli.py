@@ -272,20 +272,21 @@ def _add_bench(verbs: Any) -> None:
     bench = verbs.add_parser(
         "bench",
         help="the benchmarks of BENCHMARKS.md",
-        description="Run the benchmarks of BENCHMARKS.md. Each reports a ratio against a "
-        "baseline measured in the same run, so a figure from a loaded machine still "
-        "compares. `producer`: CPU time of the node agent per GPU-sample with simulated "
-        "GPUs, alone and with publishing to the local Kafka (`gpuwatch stack up`). "
-        "`worker`: one worker process on a simulated fleet's stream (throughput against a "
-        "bare aiokafka consumer, latency to Redis under a paced load, memory), on topics and "
-        "a Redis database of its own, removed afterwards.",
+        description="Run the benchmarks of BENCHMARKS.md against the local stack "
+        "(`gpuwatch stack up`). Each reports a ratio against a baseline measured in the same "
+        "run, so a figure from a loaded machine still compares. `worker` (the default): one "
+        "worker process on a simulated fleet's stream (throughput against a bare aiokafka "
+        "consumer, latency to Redis under a paced load, memory, and the node agent's CPU per "
+        "GPU-sample), on topics and a Redis database of its own, removed afterwards. "
+        "`producer`: CPU time of the node agent per GPU-sample with simulated GPUs, alone "
+        "and with publishing to the local Kafka.",
     )
     bench.add_argument(
         "which",
         nargs="?",
-        default="producer",
+        default="worker",
         choices=["producer", "worker"],
-        help="benchmark to run",
+        help="benchmark to run (worker)",
     )
     bench.add_argument("--json", action="store_true", help="print one JSON line")
     bench.add_argument("--quick", action="store_true", help="a smaller run (seconds)")

@@ -77,6 +77,12 @@ def test_the_command_line_reaches_the_configuration() -> None:
     assert config.seconds == QUICK.seconds
 
 
+def test_the_worker_benchmark_is_the_default() -> None:
+    args = cli.build_parser().parse_args(["bench", "--quick", "--json"])
+    assert args.which == "worker"
+    assert cli.build_parser().parse_args(["bench", "producer"]).which == "producer"
+
+
 def test_a_bad_option_is_reported_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "worker", "--quick", "--redis-db", "0"]) == 1
     assert "bench worker: --redis-db must be 1..15" in capsys.readouterr().err
