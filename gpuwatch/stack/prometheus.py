@@ -1,4 +1,11 @@
-"""The local Prometheus, run on the checkout's deploy/prometheus/prometheus.yml in place."""
+"""The local Prometheus, run on the checkout's deploy/prometheus/prometheus.yml in place.
+
+The file names Prometheus's own address, 127.0.0.1:9090, as its self-scrape target. A
+stack moved to another port (`GPUWATCH_STACK_PROMETHEUS_PORT`) runs on a copy in its
+state directory with that target moved and the rule files named by absolute path, so
+edited rules are still picked up by a reload; edits of the file itself by the next
+`stack up`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,8 @@ import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import yaml
 
 import gpuwatch
 from gpuwatch.stack.processes import Which, require_binary
@@ -19,6 +28,8 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 15.0  # Prometheus flushes its head block on SIGTERM
 RETENTION = "2d"  # a development stack: two days of samples are plenty
+DEFAULT_PORT = 9090  # the port deploy/prometheus/prometheus.yml scrapes Prometheus at
+SELF_JOB = "prometheus"
 
 # No proxies: an http_proxy in the environment must not swallow requests to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -52,6 +63,26 @@ def command(*, binary: str, config: Path, data_dir: Path, port: int) -> list[str
     ]
 
 
+def moved(source: Path, port: int) -> str:
+    """The configuration in `source` for a Prometheus on `port`.
+
+    Rule files become absolute paths; the self-scrape job's 127.0.0.1:9090 becomes the
+    port. Everything else is as it was.
+    """
+    config = yaml.safe_load(source.read_text())
+    rules = config.get("rule_files") or ()
+    config["rule_files"] = [str(source.parent / rule) for rule in rules]
+    own = f"{HOST}:{DEFAULT_PORT}"
+    for job in config.get("scrape_configs") or ():
+        if job.get("job_name") != SELF_JOB:
+            continue
+        for group in job.get("static_configs") or ():
+            targets = group.get("targets") or []
+            group["targets"] = [f"{HOST}:{port}" if t == own else t for t in targets]
+    header = f"# Rendered by `gpuwatch stack up` from {source} for port {port}: edit that.\n"
+    return header + yaml.safe_dump(config, sort_keys=False)
+
+
 class PrometheusService:
     """Checks, prepares and probes the local Prometheus of one state directory."""
 
@@ -76,10 +107,14 @@ class PrometheusService:
             raise StackError(f"Prometheus configuration {self.config} does not exist; {how}")
 
     def prepare(self, progress: Progress) -> list[str]:
-        """Create the data directory; the command line."""
+        """Create the data directory (and the moved configuration); the command line."""
         data_dir = self.home / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
-        return command(binary=self.binary, config=self.config, data_dir=data_dir, port=self.port)
+        config = self.config
+        if not self.configured and self.port != DEFAULT_PORT:
+            config = self.home / "prometheus.yml"
+            config.write_text(moved(self.config, self.port))
+        return command(binary=self.binary, config=config, data_dir=data_dir, port=self.port)
 
     def probe(self) -> bool:
         """True when GET /-/ready answers 200."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.stack.prometheus import moved
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -54,3 +55,29 @@ def test_promtool_accepts_the_config() -> None:
         check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _promtool_check(config: Path) -> str:
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    return checked.stdout
+
+
+def _rules_found(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "rules found" in line]
+
+
+def test_promtool_accepts_the_config_moved_to_another_port(tmp_path: Path) -> None:
+    original = REPO / "deploy" / "prometheus" / "prometheus.yml"
+    config = tmp_path / "prometheus.yml"
+    config.write_text(moved(original, 19090))
+    found = [line for line in _promtool_check(config).splitlines() if "rules found" in line]
+    assert found  # the rule files are found from the copy's place too
+    assert found == [
+        line for line in _promtool_check(original).splitlines() if "rules found" in line
+    ]

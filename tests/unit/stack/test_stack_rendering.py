@@ -89,6 +89,19 @@ def test_prometheus_command_runs_the_config_in_place(tmp_path: Path) -> None:
     assert "--web.enable-lifecycle" in argv
 
 
+def test_a_moved_prometheus_scrapes_itself_at_its_port_with_the_same_rules() -> None:
+    source = REPO / "deploy" / "prometheus" / "prometheus.yml"
+    original = yaml.safe_load(source.read_text())
+    config = yaml.safe_load(prometheus.moved(source, 19090))
+    assert config["rule_files"] == [str(source.parent / r) for r in original["rule_files"]]
+    assert all(Path(rule).is_file() for rule in config["rule_files"])
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["prometheus"]["static_configs"][0]["targets"] == ["127.0.0.1:19090"]
+    others = {j["job_name"]: j for j in original["scrape_configs"] if j["job_name"] != "prometheus"}
+    assert {name: job for name, job in jobs.items() if name != "prometheus"} == others
+    assert config["global"] == original["global"]
+
+
 def test_default_prometheus_config_is_the_checkouts() -> None:
     assert prometheus.default_config() == REPO / "deploy" / "prometheus" / "prometheus.yml"
 
