@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from gpuwatch.topics import create_topics, delete_topics
 from producers.agent import NodeAgent
-from producers.kafka_sender import KafkaSender
+from producers.kafka_sender import KafkaSender, linger_ms
 from producers.publisher import Publisher
 from producers.sim_node import simple_node
 from schemas.nvml_sample import NvmlSample
@@ -95,7 +95,13 @@ def bench_producer(
         )
         create_topics(scoped)
         topic = NVML_SAMPLES.full_name(prefix)
-        sender = KafkaSender(settings.kafka, topic, client_id="gpuwatch-bench")
+        # Configured as the agent at 10 Hz is, the interval the paced figure runs at.
+        sender = KafkaSender(
+            settings.kafka,
+            topic,
+            client_id="gpuwatch-bench",
+            linger_ms=linger_ms(PACED_INTERVAL_S),
+        )
         publisher = Publisher(sender, max_buffer_bytes=256 << 20)
         agent_k = NodeAgent(
             node="bench-node",
@@ -160,7 +166,12 @@ def _paced(agent: NodeAgent, publisher: Publisher, seconds: float) -> float:
 def _bare_client(settings: Settings, topic: str, sample: NvmlSample, seconds: float) -> float:
     """CPU seconds per message of kafka-python alone, at 10 Hz, with the agent's options."""
     value, key = NVML_SAMPLES.encode(sample), sample.node.encode()
-    sender = KafkaSender(settings.kafka, topic, client_id="gpuwatch-bench-bare")
+    sender = KafkaSender(
+        settings.kafka,
+        topic,
+        client_id="gpuwatch-bench-bare",
+        linger_ms=linger_ms(PACED_INTERVAL_S),
+    )
     acked = threading.Semaphore(0)
     sender.send(key, value, lambda _error: acked.release())
     acked.acquire(timeout=30)

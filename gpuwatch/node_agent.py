@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from producers.agent import NodeAgent
 from producers.agent_metrics import AgentCollector
-from producers.kafka_sender import KafkaSender
+from producers.kafka_sender import KafkaSender, linger_ms
 from producers.publisher import Publisher
 from producers.readings import AllocationSource, GpuReader, PodResolver
 from schemas.settings import Settings
@@ -84,6 +84,7 @@ def run(settings: Settings, options: AgentOptions) -> int:
         topic,
         client_id=f"gpuwatch-node-agent-{node}",
         delivery_timeout_s=settings.agent.delivery_timeout_s,
+        linger_ms=linger_ms(settings.agent.interval_s),
     )
     publisher = Publisher(sender, settings.agent.buffer_bytes)
     agent = NodeAgent(

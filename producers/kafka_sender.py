@@ -16,6 +16,21 @@ from schemas.settings import KafkaSettings
 log = logging.getLogger(__name__)
 
 LINGER_MS = 20  # batches a node's burst without adding visible latency to 1 s ticks
+FAST_LINGER_MS = 250  # below FAST_INTERVAL_S: several samples to a request
+FAST_INTERVAL_S = 0.5
+
+
+def linger_ms(interval_s: float) -> int:
+    """How long the client holds a message for others to join it, for a sampling interval.
+
+    Sampling faster than every half second is for resolution, not latency: holding each
+    message up to a quarter of a second lets two or three samples share one request,
+    which halves the Kafka client's CPU at 10 Hz (BENCHMARKS.md). At 1 Hz and slower a
+    message has nothing to wait for.
+    """
+    return FAST_LINGER_MS if interval_s < FAST_INTERVAL_S else LINGER_MS
+
+
 MAX_BLOCK_MS = 500  # the sender thread, not sampling, waits this long for metadata
 # The client bootstraps in its constructor, by default for up to 30 s: with no broker the
 # sender thread would sit there and `Publisher.stop` could not join it. It retries anyway.
@@ -36,6 +51,7 @@ class KafkaSender:
         topic: str,
         client_id: str,
         delivery_timeout_s: float = 600.0,
+        linger_ms: int = LINGER_MS,
     ) -> None:
         self._topic = topic
         self._config: dict[str, Any] = {
@@ -44,7 +60,7 @@ class KafkaSender:
             "acks": "all",
             "enable_idempotence": True,
             "compression_type": "lz4" if has_lz4() else "gzip",
-            "linger_ms": LINGER_MS,
+            "linger_ms": linger_ms,
             "max_block_ms": MAX_BLOCK_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
             "delivery_timeout_ms": int(delivery_timeout_s * 1000),
