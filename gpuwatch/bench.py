@@ -48,6 +48,33 @@ class ProducerResult:
         return self.tick_cpu_us_per_gpu_sample / self.encode_only_cpu_us_per_gpu_sample
 
 
+def missing_services(settings: Settings, *, redis: bool) -> list[str]:
+    """What a benchmark needs that does not answer: the first Kafka server, Redis."""
+    from urllib.parse import urlsplit
+
+    import redis as redis_py
+    from redis.exceptions import RedisError
+
+    from gpuwatch.stack import kafka as stack_kafka
+    from sinks.redis_sink import redact_url
+
+    missing = []
+    server = settings.kafka.servers[0]
+    parts = urlsplit(f"//{server}")
+    if parts.hostname is None or parts.port is None:
+        missing.append(f"Kafka bootstrap server {server!r} is not host:port")
+    elif not stack_kafka.probe(parts.hostname, parts.port):
+        missing.append(f"Kafka at {server} is not answering")
+    if redis:
+        url = settings.redis.url.get_secret_value()
+        try:
+            client = redis_py.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            client.ping()
+        except (RedisError, OSError, ValueError):
+            missing.append(f"Redis at {redact_url(url)} is not answering")
+    return missing
+
+
 def _discard(_: object) -> None:
     """Call sites measure a function for its cost, not its value."""
 

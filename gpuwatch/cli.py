@@ -788,15 +788,23 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import bench
+    from gpuwatch import bench, bench_worker
 
+    config = None
     if args.which == "worker":
-        from gpuwatch import bench_worker
-
         try:
             config = bench_worker.config_from_args(args)
         except ValueError as exc:
             raise UserFacingError(f"bench worker: {exc}") from exc
+    if config is not None or not args.no_kafka:
+        missing = bench.missing_services(settings, redis=config is not None)
+        if missing:
+            raise UserFacingError(
+                f"bench {args.which}: {'; '.join(missing)}. Start the local stack with "
+                "`gpuwatch stack up`, or point GPUWATCH_KAFKA_BOOTSTRAP / GPUWATCH_REDIS_URL "
+                "at running ones."
+            )
+    if config is not None:
         return bench_worker.main(args, settings, config)
     ticks = 500 if args.quick else 5000
     result = bench.bench_producer(
