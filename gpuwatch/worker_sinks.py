@@ -46,13 +46,13 @@ __all__ = ["RedisWriter", "WorkerSinks", "pipeline_counts", "redis_group"]
 
 log = logging.getLogger(__name__)
 
-POLL_MS = 500  # live GPU state reaches Redis within about this long of its sample
+POLL_MS = 250  # live GPU state reaches Redis within about this long of its sample
 MAX_RECORDS = 2000  # per poll: one Redis transaction of a few hundred kB at most
 # A fetch answers once this much of the derived topics is there, or after FETCH_WAIT_MS:
 # with the default of one byte, a busy worker's outputs made the consumer fetch (and
 # parse, in Python) dozens of times a second.
 FETCH_MIN_BYTES = 64 * 1024
-FETCH_WAIT_MS = 250
+FETCH_WAIT_MS = 200  # under POLL_MS: a poll gets a fetch's answer before it gives up
 FIRST_PAUSE_S = 0.5  # first pause after Redis was found away; doubles up to RETRY_CAP_S
 RETRY_CAP_S = 10.0  # longest pause between attempts while Redis is away
 ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes about this)
