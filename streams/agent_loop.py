@@ -159,7 +159,6 @@ class AgentLoop:
     async def process(self, messages: list[Message]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
         out = self.outputs
-        touched = self._unwritten
         for m in messages:
             processor = self._processor(m.partition)
             source = Source(m.topic, m.partition, m.offset, m.key)
@@ -190,7 +189,7 @@ class AgentLoop:
             if ts is not None:
                 self.watermark.observe(ts)
             self.progress.processed(m.topic, m.partition, m.offset)
-            touched.add(m.partition)
+            self._unwritten.add(m.partition)
         for partition in self.progress.has_pending():
             processor = self._processor(partition)
             for tick in self.progress.ready(partition):
