@@ -114,6 +114,10 @@ class WindowSettings(BaseModel):
     """Length of attribution and idle/waste windows, in seconds."""
     allowed_lateness_s: int = Field(default=10, ge=0, le=86_400)
     """How long after its end a window waits for late data before it closes."""
+    source_idle_after_s: int = Field(default=60, ge=1, le=86_400)
+    """A node partition caught up with its input and this far (event time, at least its
+    longest sample interval) behind the others' is idle: it no longer holds the pod side's
+    watermark back. Data it sends later for windows closed meanwhile is late."""
 
 
 class RuleSettings(BaseModel):
@@ -149,6 +153,10 @@ class WorkerSettings(BaseModel):
     others (6 s is the broker's lowest allowed by default)."""
     sinks: bool = True
     """Write Redis and export /metrics; off, the worker only publishes the derived topics."""
+    input_end_ms: int | None = Field(default=None, ge=0)
+    """Event time (epoch ms) the input ends at, for a replay of a range (`replay --rerun`):
+    once caught up, the worker closes every window up to it instead of waiting for more.
+    None for a live worker, whose windows wait for the data that moves stream time."""
 
 
 class CostSettings(BaseModel):
@@ -307,6 +315,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_METRICS_PORT": ("metrics", "port"),
     "GPUWATCH_WINDOW_S": ("windows", "window_s"),
     "GPUWATCH_ALLOWED_LATENESS_S": ("windows", "allowed_lateness_s"),
+    "GPUWATCH_SOURCE_IDLE_AFTER_S": ("windows", "source_idle_after_s"),
     "GPUWATCH_IDLE_UTIL_PCT": ("rules", "idle_util_pct"),
     "GPUWATCH_STALL_AFTER_S": ("rules", "stall_after_s"),
     "GPUWATCH_QUEUED_ALERT_AFTER_S": ("rules", "queued_alert_after_s"),
@@ -316,6 +325,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WORKER_TICK_INTERVAL_S": ("worker", "tick_interval_s"),
     "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
+    "GPUWATCH_WORKER_INPUT_END_MS": ("worker", "input_end_ms"),
     "GPUWATCH_KAFKA_PARTITIONS": ("kafka", "partitions"),
     "GPUWATCH_KAFKA_REPLICATION_FACTOR": ("kafka", "replication_factor"),
     "GPUWATCH_KAFKA_SECURITY_PROTOCOL": ("kafka", "security_protocol"),

@@ -39,7 +39,6 @@ import msgspec
 from streams.deadletters import Counters, Outputs, Record, Source
 from streams.rewinds import Rewinds, Seek, StartOf
 from streams.ticks import Committed, Progress, Tick, decode_tick
-from streams.windows import Watermark
 
 __all__ = [
     "BATCH_MAX",
@@ -118,7 +117,6 @@ class AgentLoop:
         table: StateTable,
         make: Make,
         outputs: Outputs,
-        watermark: Watermark,
         committed: Committed,
         send: Callable[[Record], None],
         flush: Callable[[], Awaitable[None]],
@@ -133,7 +131,6 @@ class AgentLoop:
         self.partitions: dict[int, Processor] = {}
         self.progress = Progress(inputs, committed)
         self.outputs = outputs
-        self.watermark = watermark
         self._table = table
         self._make = make
         self._send = send
@@ -169,11 +166,6 @@ class AgentLoop:
                     out.dead(source, m.value, f"not a worker tick: {exc}", "tick")
                     continue
                 self.progress.park(m.partition, tick)
-                # Other workers' progress is event time seen too: without it, a partition
-                # with no data would advance only as far as the data its owner reads.
-                for stream_time in (tick.wm, *tick.claims.values()):
-                    if stream_time is not None:
-                        self.watermark.observe(stream_time)
                 continue
             if self.rewinds.gap(m.topic, m.partition, m.offset):
                 continue
@@ -181,13 +173,10 @@ class AgentLoop:
             counters.events += 1
             counters.by_topic[m.topic] = counters.by_topic.get(m.topic, 0) + 1
             try:
-                ts = processor.handle(source, m.value, out)
+                processor.handle(source, m.value, out)
             except Exception as exc:  # a bug of ours must not stop the partition for good
                 log.exception("processing failed topic=%s offset=%d", m.topic, m.offset)
                 out.dead(source, m.value, f"internal error: {exc!r}", "internal")
-                ts = None
-            if ts is not None:
-                self.watermark.observe(ts)
             self.progress.processed(m.topic, m.partition, m.offset)
             self._unwritten.add(m.partition)
         for partition in self.progress.has_pending():

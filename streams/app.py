@@ -45,7 +45,6 @@ from streams.integrals import PriceBook
 from streams.node_processor import NodeConfig, NodePartition
 from streams.pod_processor import PodConfig, PodPartition
 from streams.tick_timer import OffsetProbe, TickSender, tick_topic_name
-from streams.windows import Watermark
 
 __all__ = [
     "SINK_TOPICS",
@@ -336,6 +335,9 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         lateness_ms=settings.windows.allowed_lateness_s * 1000,
         rules=settings.rules,
         prices=PriceBook(settings.cost.prices),
+        partitions=settings.kafka.partitions,
+        idle_after_ms=settings.windows.source_idle_after_s * 1000,
+        input_end_ms=settings.worker.input_end_ms,
         now_ms=_wall_ms,
     )
     pod = PodConfig(
@@ -364,7 +366,7 @@ def build(
     app = _app(settings, options)
     kafka = _Kafka(app, settings)
     prefix = settings.kafka.topic_prefix
-    counters, watermark = counters or Counters(), Watermark()
+    counters = counters or Counters()
     tick_name = tick_topic_name(settings)
     node_config, pod_config = _configs(settings)
     if live is not None:
@@ -382,7 +384,6 @@ def build(
             table=state,
             make=make,
             outputs=Outputs(prefix, counters, observe=None if live is None else live.on_record),
-            watermark=watermark,
             committed=kafka.committed,
             send=kafka.send,
             flush=kafka.flush,
@@ -405,9 +406,9 @@ def build(
         settings=settings,
         instance=options.instance,
         node_loop=node_loop,
-        watermark=watermark,
         probe=probe,
         send=lambda q, value: kafka.topic(tick_name).send_soon(key=b"", value=value, partition=q),
+        flush=kafka.flush,
         inputs=(*node_inputs, *pod_inputs),
     )
     inputs = frozenset((*node_inputs, *pod_inputs, tick_name))

@@ -17,6 +17,7 @@ from typing import Final
 import msgspec
 
 from schemas.ids import NodeName
+from schemas.k8s_node import K8sNode
 from streams.gpu_alerts import NodeAlertState
 from streams.gpu_windows import GpuWindowAcc, GpuWindows
 from streams.usage import PodTrack, UsageAggregator
@@ -41,9 +42,18 @@ class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class PartitionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What the node side keeps of a whole partition."""
+    """What the node side keeps of a whole partition (SEMANTICS.md, Time)."""
 
     stream_time: int | None = None
+    """The largest sample `ts`, or higher where the partition was raised while idle."""
+    covered: int | None = None
+    """End of the newest sample (`ts + interval_ms`) of the partition's own data."""
+    longest_interval_ms: int = 0
+    """The longest sample interval seen: an idle partition is one left behind by more."""
+    idle: bool = False
+    """Caught up and left behind by the others (set by a tick, cleared by a sample)."""
+    held: list[K8sNode] = msgspec.field(default_factory=list)
+    """Node events ahead of stream time, by `ts`: applied when stream time reaches them."""
 
 
 _ENCODER: Final = msgspec.json.Encoder()

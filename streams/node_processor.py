@@ -5,10 +5,20 @@ sends what `Outputs` collected and stores `take_writes()` in the table. Everythi
 in input order, one message at a time, so the records depend on the partition's order
 alone (and on ticks, which only apply once the data before them is processed).
 
-Stream time is the largest event time of the partition's inputs (sample and node event
-`ts`), raised by ticks to the worker's watermark. Each time it passes a window's end plus
-the allowed lateness the windows of every node close; each time it passes a flush boundary
-pending pod usage is flushed and missing telemetry is looked for.
+Stream time is the largest sample `ts` of the partition (SEMANTICS.md, Time). Node events
+do not move it: each is held until stream time reaches its `ts`, and applied then, before
+anything later. Each time stream time passes a window's end plus the allowed lateness the
+windows of every node close; each time it passes a flush boundary pending pod usage is
+flushed and missing telemetry is looked for. Pod usage before the partition's usage
+frontier (`streams.ticks.usage_frontier`) is late: the pod side may have closed it.
+
+A partition is idle once a tick finds it caught up with its inputs while the highest
+stream time any partition claims is more than `idle_after_ms` (or its longest sample
+interval) past the end of its newest sample, or it has no sample at all. An idle partition
+is raised to the lowest stream time of the partitions that are not idle, so that its
+windows close and its silent nodes are seen missing; its next sample ends the idleness.
+With `input_end_ms` (a replay of a range) a caught-up partition is raised to the input's
+end plus twice the allowed lateness instead: the pod side then closes the range's end.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from dataclasses import dataclass
 
 from schemas.codec import SchemaError
 from schemas.ids import NodeName
+from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
@@ -34,10 +45,12 @@ from streams.node_doc import (
     encode,
 )
 from streams.sanity import check_node, check_sample, check_size, unknown_devices
-from streams.ticks import Tick
+from streams.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.usage import FLUSH_MS
 
-__all__ = ["META_KEY", "NodeConfig", "NodePartition"]
+__all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
+
+IDLE_AFTER_MS = 60_000  # the default of GPUWATCH_SOURCE_IDLE_AFTER_S
 
 META_KEY = b""  # the partition's own document; node names are never empty
 
@@ -52,6 +65,13 @@ class NodeConfig:
     rules: RuleSettings
     prices: PriceBook
     flush_ms: int = FLUSH_MS
+    partitions: int = 1
+    """Partitions of the data topics (every one claims its stream time in the ticks)."""
+    idle_after_ms: int = IDLE_AFTER_MS
+    """How far the others' stream time must pass a caught-up partition's newest sample
+    for it to count as idle (at least its longest sample interval)."""
+    input_end_ms: int | None = None
+    """The event time the input ends at (a replay of a range); None for a live worker."""
     live: Callable[[NvmlSample], None] | None = None
     """Called with each new sample once processed (live GPU state for the sinks)."""
     now_ms: Callable[[], int] | None = None
@@ -73,13 +93,17 @@ class NodePartition:
         self.counters = counters
         self.nodes: dict[NodeName, NodeRuntime] = {}
         self.stream_time: int | None = None
+        self.meta = PartitionMeta()
+        """Its own progress, idleness and the node events waiting for stream time."""
+        self.sources = SourceWatermarks(config.partitions)
         self._samples = NVML_SAMPLES.full_name(config.prefix)
         self._step = math.gcd(config.flush_ms, config.window_ms)
         self._dirty: set[NodeName] = set()
         self._meta_dirty = False
         for key, raw in stored:
             if key == META_KEY:
-                self.stream_time = _later(self.stream_time, decode_meta(raw).stream_time)
+                self.meta = decode_meta(raw)
+                self.stream_time = _later(self.stream_time, self.meta.stream_time)
                 continue
             runtime = self._runtime(decode_doc(raw))
             self.nodes[runtime.node] = runtime
@@ -103,12 +127,37 @@ class NodePartition:
         return self._node_event(source, raw, out)
 
     def on_tick(self, tick: Tick, out: Outputs) -> None:
-        """A tick whose data is in: raise stream time to its watermark, look for silent nodes."""
+        """A tick whose data is in: idle or not, raise an idle one, look for silent nodes."""
         self.counters.ticks += 1
-        if tick.wm is not None:
-            self._advance(tick.wm, out)
+        c, meta = self.config, self.meta
+        self.sources.update(tick.claims, tick.idle)
+        if c.input_end_ms is not None:
+            self._advance(c.input_end_ms + 2 * c.lateness_ms, out)
+        else:
+            highest = self.sources.highest
+            if not meta.idle and (
+                meta.covered is None
+                or (highest is not None and highest > meta.covered + self._idle_after())
+            ):
+                meta.idle = self._meta_dirty = True
+            low = self.sources.lowest_active(but=self.partition)
+            if meta.idle and low is not None:
+                self._advance(low, out)
         if self.stream_time is not None:
             self._watermark(self.stream_time, out)
+
+    def claim(self) -> tuple[int, bool] | None:
+        """What the ticks say of this partition: (stream time, idle); None: nothing yet.
+
+        A partition with no sample claims -1 once it is idle; before that it says nothing,
+        and the pod side's watermark waits for it (it may hold data not yet processed).
+        """
+        if self.stream_time is None:
+            return (-1, True) if self.meta.idle else None
+        return self.stream_time, self.meta.idle
+
+    def _idle_after(self) -> int:
+        return max(self.config.idle_after_ms, self.meta.longest_interval_ms)
 
     def take_writes(self) -> list[tuple[bytes, bytes | None]]:
         """Documents changed since the last call (None: delete), the partition's last."""
@@ -124,7 +173,8 @@ class NodePartition:
                 writes.append((name.encode(), encode(runtime.doc())))
         self._dirty.clear()
         if self._meta_dirty:
-            writes.append((META_KEY, encode(PartitionMeta(stream_time=self.stream_time))))
+            self.meta.stream_time = self.stream_time
+            writes.append((META_KEY, encode(self.meta)))
             self._meta_dirty = False
         return writes
 
@@ -152,14 +202,24 @@ class NodePartition:
             out.dead(source, raw, "; ".join(errors))
             return None
         self.counters.unknown_devices += len(unknown_devices(sample))
-        node = self._node(sample.node)
-        if node.seen_until is not None and sample.ts < node.seen_until:
+        known = self.nodes.get(sample.node)
+        if known is not None and known.seen_until is not None and sample.ts < known.seen_until:
             self.counters.duplicates += 1  # a redelivery: the node's state has it already
             return sample.ts
+        self._release(sample.ts, out)  # node events up to the sample's time come first
+        node = self._node(sample.node)
+        st = self.stream_time
+        frontier = (
+            None
+            if st is None
+            else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
+        )
         integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices)
-        if node.windows.add(integrals):
+        late_before = node.usage.late
+        usage = node.usage.add(integrals, frontier)
+        if node.windows.add(integrals) or node.usage.late != late_before:
             self.counters.late += 1
-        out.emit_all(POD_USAGE, node.usage.add(integrals))
+        out.emit_all(POD_USAGE, usage)
         node.alert, alerts, lost = on_sample(
             node.alert,
             sample,
@@ -171,6 +231,11 @@ class NodePartition:
         self.counters.samples_missing += lost
         node.seen_until = sample.ts + sample.interval_ms
         self._dirty.add(node.node)
+        meta = self.meta
+        meta.covered = _later(meta.covered, node.seen_until)
+        meta.longest_interval_ms = max(meta.longest_interval_ms, sample.interval_ms)
+        meta.idle = False
+        self._meta_dirty = True
         self._advance(sample.ts, out)
         if c.live is not None:
             c.live(sample)
@@ -187,6 +252,29 @@ class NodePartition:
         if errors:
             out.dead(source, raw, "; ".join(errors))
             return None
+        if self.stream_time is None or event.ts > self.stream_time:
+            # Ahead of the samples: applied when stream time reaches it, in event time
+            # order with them, however the two topics are interleaved on the way in.
+            held = self.meta.held
+            held.append(event)
+            held.sort(key=lambda e: e.ts)  # stable: events of one time stay in order
+            self._meta_dirty = True
+            return event.ts
+        self._apply_node_event(event, out)
+        return event.ts
+
+    def _release(self, until: int, out: Outputs) -> None:
+        """Apply the held node events up to event time `until`."""
+        held = self.meta.held
+        if not held or held[0].ts > until:
+            return
+        due = [e for e in held if e.ts <= until]
+        self.meta.held = [e for e in held if e.ts > until]
+        self._meta_dirty = True
+        for event in due:
+            self._apply_node_event(event, out)
+
+    def _apply_node_event(self, event: K8sNode, out: Outputs) -> None:
         node = self._node(event.node)
         if event.type == "DELETED":
             node.alert, alerts = on_node_removed(node.alert, event.ts)
@@ -197,8 +285,6 @@ class NodePartition:
             node.labels = dict(event.labels)
             self.config.prices.set_node_labels(node.node, node.labels)
         self._dirty.add(node.node)
-        self._advance(event.ts, out)
-        return event.ts
 
     def _marks(self) -> tuple[int | None, int | None]:
         """Which window close and which flush boundary stream time has passed."""
@@ -210,6 +296,7 @@ class NodePartition:
     def _advance(self, ts: int, out: Outputs) -> None:
         if self.stream_time is not None and ts <= self.stream_time:
             return
+        self._release(ts, out)
         self.stream_time = st = ts
         close_mark, flush_mark = self._marks()
         if close_mark != self._close_mark:

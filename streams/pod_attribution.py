@@ -2,9 +2,11 @@
 
 A pod's usage arrives as contiguous intervals `[ts, end_ts)`; each is cut at window
 boundaries (integrals in proportion to the time in each window, peaks kept whole) and
-added to the pod's open windows. A window closes when stream time reaches its end plus
-the allowed lateness, or at once when the pod finishes; closing emits one `Attribution`.
-Usage for a closed window is late: counted by the caller, never re-emitted.
+added to the pod's open windows. The pod side's watermark is a usage frontier (every
+usage ending before it is in, the node side's lateness already allowed for), so a window
+closes when the watermark reaches its end; a finished pod's windows all close when it
+reaches the finish plus the allowed lateness. Closing emits one `Attribution`. Usage for a closed window is late: counted by the caller, never
+re-emitted.
 """
 
 from __future__ import annotations
@@ -165,30 +167,30 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
 def close_windows(
     state: PodState, windows: WindowSettings, now_ms: int | None = None
 ) -> tuple[PodState, list[Attribution]]:
-    """Emit the windows that stream time has closed (all of a finished pod's at once).
+    """Emit the windows that the watermark has closed.
 
-    `now_ms` is the partition's stream time (None: nothing closes). A window closes when
-    stream time reaches its end plus the allowed lateness, later by `UNKNOWN_POD_GRACE_MS`
-    for a pod no pod event has described. A finished pod's windows all close when stream
-    time reaches the finish plus the allowed lateness, so the usage of its last seconds,
-    which the node side flushes after the pod event arrives, still counts. The window that
-    holds the finish ends at the finish; windows wholly after it keep their end.
+    `now_ms` is the pod side's watermark (None: nothing closes). A window closes when the
+    watermark reaches its end, later by `UNKNOWN_POD_GRACE_MS` for a pod no pod event has
+    described. A finished pod's windows all close when the watermark reaches the finish
+    plus the allowed lateness, so the usage of its last seconds (the GPU held until the
+    kubelet lets it go) still counts; usage of a sample that ends later than that is late.
+    The record of the window that holds the finish ends at the finish; windows wholly
+    after it keep their end.
     """
     if now_ms is None:
         return state, []
     window_ms = windows.window_s * 1000
-    wait = windows.allowed_lateness_s * 1000
     finished = state.state == "finished"
     if finished:
-        if now_ms < state.since + wait:
+        if now_ms < state.since + windows.allowed_lateness_s * 1000:
             return state, []
         ends = [window_start(state.since, window_ms) + window_ms]
         closed_until = max(
             [state.closed_until, *ends, *(w.start + window_ms for w in state.windows)]
         )
     else:
-        wait += UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
-        closed_until = max(state.closed_until, window_start(now_ms - wait, window_ms))
+        grace = UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
+        closed_until = max(state.closed_until, window_start(now_ms - grace, window_ms))
     due = [w for w in state.windows if w.start < closed_until]
     if not due and closed_until == state.closed_until:
         return state, []

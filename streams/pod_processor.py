@@ -2,14 +2,18 @@
 
 `k8s.pods` and `pod.usage` are both keyed by pod uid and co-partitioned, so one partition
 holds every input of its pods: the join is a dict of `PodState` by uid, stored in a table
-(Faust's stream and table joins are not implemented). Each input runs one step of the
-pure core (`streams.pod_step`); ticks run `step_watermark` at the pod side's watermark,
-the lowest node-side stream time of all partitions, so that a window closes only once
-every node partition has flushed the usage it could hold. A tick steps only the pods
-something is due of (`next_due`: a window to close, a queued alert, a finished pod to
-forget), and a pod's next input first steps it to the watermark it missed, so the outputs
-are those of stepping every pod on every tick at a fraction of the work: at 40,000 pods
-most ticks are due for a few hundred.
+(Faust's stream and table joins are not implemented).
+
+The pod side's watermark is the lowest usage frontier of the node partitions that are
+not idle (`streams.ticks.SourceWatermarks`, SEMANTICS.md, Time); a pod event's time never
+moves it. An input ahead of it is held in the pod's state (`pod_step.hold`); each tick
+releases, pod by pod, the held inputs it reached in event-time order (`pod_step.release`),
+so the records are the same however pod events and usage were interleaved on the way in:
+live, a day behind, or read again after a crash. An input at or behind the watermark is
+applied at once (a pod event late by its own time is counted late). A tick steps only the
+pods something is due of (`next_due`: a held input, a window to close, a queued alert, a
+finished pod to forget), and a pod's late input first steps it to the watermark it missed,
+so the outputs are those of stepping every pod on every tick at a fraction of the work.
 """
 
 from __future__ import annotations
@@ -26,17 +30,20 @@ from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams import pod_state
 from streams.deadletters import Counters, Outputs, Source
-from streams.pod_state import PodState
+from streams.pod_state import Held, PodState
 from streams.pod_step import (
     FINISHED_KEEP_MS,
     PodOutputs,
+    hold,
     next_due,
+    release,
     step_pod_event,
     step_usage,
     step_watermark,
 )
 from streams.sanity import check_pod, check_size
-from streams.ticks import SourceWatermarks, Tick
+from streams.ticks import SourceWatermarks, Tick, usage_frontier
+from streams.usage import FLUSH_MS
 
 __all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
 
@@ -53,6 +60,15 @@ class PodConfig:
     """Called with each pod usage once processed (live share and VRAM for the sinks)."""
     now_ms: Callable[[], int] | None = None
     """The wall clock, for the one check of event time against it (data a day ahead)."""
+    flush_ms: int = FLUSH_MS
+    """The node side's usage flush period (for its usage frontier)."""
+
+    def frontier(self, stream_time: int) -> int:
+        """The usage frontier of a node partition at `stream_time`."""
+        w = self.windows
+        return usage_frontier(
+            stream_time, w.allowed_lateness_s * 1000, self.flush_ms, w.window_s * 1000
+        )
 
 
 class PodPartition:
@@ -75,11 +91,11 @@ class PodPartition:
         """The watermark each pod was last stepped to."""
         for _key, raw in stored:
             self._keep(pod_state.decode(raw))
-        self.sources = SourceWatermarks(config.partitions)
+        self.sources = SourceWatermarks(config.partitions, config.frontier)
         self.stream_time: int | None = None
         """Largest event time of the partition's inputs."""
         self.applied: int | None = None
-        """The watermark the pods last stepped to."""
+        """The watermark applied last: inputs at or behind it are applied at once."""
         self._pods_topic = K8S_PODS.full_name(config.prefix)
         self._dirty: set[PodUid] = set()
         self._gone: set[PodUid] = set()
@@ -98,15 +114,25 @@ class PodPartition:
         return self._usage(source, raw, out)
 
     def on_tick(self, tick: Tick, out: Outputs) -> None:
-        """A tick whose data is in: step the pods due by the new watermark, if it moved."""
+        """A tick whose data is in: release and step the pods due by the new watermark."""
         self.counters.ticks += 1
-        wm = self.sources.update(tick.claims)
+        wm = self.sources.update(tick.claims, tick.idle)
         if wm is None or (self.applied is not None and wm <= self.applied):
             return
         self.applied = wm
+        c = self.config
         for uid in sorted(uid for uid, at in self._due.items() if at <= wm):
-            after = self._catch_up(self.pods[uid], out)
-            finished = after.state == "finished" and not after.windows
+            state = self.pods[uid]
+            if state.held and state.held[0].key <= wm:
+                after, outputs = release(state, wm, c.rules, c.windows)
+                self.counters.late += outputs.late_usage
+                self._publish(outputs, out)
+                self._stepped[uid] = wm
+                self._keep(after)
+                self._dirty.add(uid)
+            else:
+                after = self._catch_up(state, out)
+            finished = after.state == "finished" and not after.windows and not after.held
             if finished and wm >= after.since + FINISHED_KEEP_MS:
                 del self.pods[uid]
                 self._due.pop(uid, None)
@@ -161,9 +187,7 @@ class PodPartition:
         if errors:
             out.dead(source, raw, "; ".join(errors))
             return None
-        before = self._current(event.uid, out)
-        after, outputs = step_pod_event(before, event, c.rules, c.windows)
-        self._store(before, after, outputs, out)
+        self._input(Held(key=event.ts, event=event), out)
         self._observe(event.ts)
         return event.ts
 
@@ -174,14 +198,38 @@ class PodPartition:
             out.rejected(source, raw, exc)
             return None
         c = self.config
-        before = self._current(usage.uid, out)
-        after, outputs = step_usage(before, usage, c.rules, c.windows)
-        self.counters.late += outputs.late_usage
-        self._store(before, after, outputs, out)
+        self._input(Held(key=usage.end_ts, usage=usage), out)
         self._observe(usage.end_ts)
         if c.live is not None:
-            c.live(usage)
+            c.live(usage)  # live share and VRAM need not wait for the watermark
         return usage.end_ts
+
+    def _input(self, item: Held, out: Outputs) -> None:
+        """Hold an input ahead of the watermark; apply one at or behind it at once."""
+        c = self.config
+        uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
+        if self.applied is None or item.key > self.applied:
+            before = self.pods.get(uid)
+            after = hold(before, item)
+            if after == before:
+                self.counters.duplicates += 1
+                return
+            if before is None and self.applied is not None:
+                self._stepped[uid] = self.applied  # new: nothing of older ticks to catch up
+            self._keep(after)
+            self._dirty.add(uid)
+            self._gone.discard(uid)
+            return
+        before = self._current(uid, out)
+        if item.event is not None:
+            after, outputs = step_pod_event(before, item.event, c.rules, c.windows)
+            if after != before:
+                self.counters.late += 1  # behind the watermark by its own time, applied now
+        else:
+            assert item.usage is not None  # an input is one or the other
+            after, outputs = step_usage(before, item.usage, c.rules, c.windows)
+            self.counters.late += outputs.late_usage
+        self._store(before, after, outputs, out)
 
     def _store(
         self, before: PodState | None, after: PodState, outputs: PodOutputs, out: Outputs

@@ -15,9 +15,10 @@ import msgspec
 
 from schemas.fields import AttributionMethod, LifecycleState, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
-from schemas.k8s_pod import Owner
+from schemas.k8s_pod import K8sPod, Owner
+from schemas.pod_usage import PodUsage
 
-__all__ = ["GpuTotals", "OpenWindow", "PodState", "decode", "encode", "new_state"]
+__all__ = ["GpuTotals", "Held", "OpenWindow", "PodState", "decode", "encode", "new_state"]
 
 
 class _State(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -46,6 +47,22 @@ class OpenWindow(_State, frozen=True, kw_only=True):
 
     start: int
     gpus: tuple[GpuTotals, ...] = ()
+
+
+class Held(_State, frozen=True, kw_only=True):
+    """An input of the pod that waits for the watermark to reach its event time.
+
+    `key` is a pod event's `ts` or a usage's `end_ts`: once the watermark reaches it,
+    nothing of the pod's inputs before it can still come (SEMANTICS.md, Time).
+    """
+
+    key: int
+    event: K8sPod | None = None
+    usage: PodUsage | None = None
+
+    def order(self) -> tuple[int, int]:
+        """Release order: by event time; at one time a pod event before usage ending there."""
+        return self.key, 0 if self.event is not None else 1
 
 
 class PodState(_State, frozen=True, kw_only=True):
@@ -106,6 +123,9 @@ class PodState(_State, frozen=True, kw_only=True):
     queued_alert_firing: bool = False
     stalled_alert_since: int | None = None
     """`since` of the firing PodStalled alert; None when it is not firing."""
+    # Inputs waiting for the watermark.
+    held: tuple[Held, ...] = ()
+    """Pod events and usage ahead of the watermark, in release order."""
 
     def to_dict(self) -> dict[str, Any]:
         """The state as JSON-ready builtins (a Faust Table value)."""

@@ -1,14 +1,18 @@
 """One step of the pod processor: lifecycle, attribution windows and alerts for one input.
 
-The worker keeps one `PodState` per pod uid and calls `step_pod_event` for each
-`k8s.pods` message, `step_usage` for each `pod.usage` message and `step_watermark` for
-every pod on each stream-time tick of the partition. Each returns the next state and
+The worker keeps one `PodState` per pod uid. An input ahead of the pod side's watermark is
+held (`hold`); `release` applies the held inputs the watermark has reached in event-time
+order, whatever order they came in, closing windows and firing queued alerts in between
+exactly when their time comes, then steps the pod to the watermark. `step_pod_event`,
+`step_usage` and `step_watermark` are the single steps. Each returns the next state and
 everything to publish; nothing here reads a clock or touches Kafka.
 """
 
 from __future__ import annotations
 
 from typing import Final, NamedTuple
+
+import msgspec
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
@@ -18,7 +22,7 @@ from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from streams import lifecycle, pod_alerts, pod_attribution
 from streams.pod_attribution import UNKNOWN_POD_GRACE_MS
-from streams.pod_state import PodState
+from streams.pod_state import Held, PodState, new_state
 
 # A finished pod's state is kept this long (event time) after it finished, so a late pod
 # event or usage still finds it finished instead of starting a new, unnamed pod.
@@ -27,7 +31,9 @@ FINISHED_KEEP_MS: Final = 3_600_000
 __all__ = [
     "FINISHED_KEEP_MS",
     "PodOutputs",
+    "hold",
     "next_due",
+    "release",
     "step_pod_event",
     "step_usage",
     "step_watermark",
@@ -96,14 +102,70 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
     alert falling due and the windows it closes.
     """
     window_ms = windows.window_s * 1000
-    wait = windows.allowed_lateness_s * 1000
     due: list[int] = []
+    if state.held:
+        due.append(state.held[0].key)
     if state.state == "finished":
-        # All windows close at the finish plus the lateness; then the state is kept an hour.
-        due.append(state.since + wait if state.windows else state.since + FINISHED_KEEP_MS)
+        # Its windows close at the finish plus the lateness (with usage or not: later usage
+        # is late); then the state is kept an hour.
+        finish_window_end = state.since - state.since % window_ms + window_ms
+        closing = state.windows or state.closed_until < finish_window_end
+        wait = windows.allowed_lateness_s * 1000
+        due.append(state.since + wait if closing else state.since + FINISHED_KEEP_MS)
     elif state.windows:
-        wait += UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
-        due.append(state.windows[0].start + window_ms + wait)
+        grace = UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
+        due.append(state.windows[0].start + window_ms + grace)
     if state.queued_alert_since is not None and not state.queued_alert_firing:
         due.append(state.queued_alert_since + rules.queued_alert_after_s * 1000)
     return min(due) if due else None
+
+
+def hold(state: PodState | None, item: Held) -> PodState:
+    """Keep an input until the watermark reaches it (None: a pod not seen yet)."""
+    if state is None:
+        uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
+        state = new_state(uid)
+    if item in state.held:
+        return state  # a redelivery of an input still held
+    held = sorted((*state.held, item), key=Held.order)  # stable: arrival order at one time
+    return msgspec.structs.replace(state, held=tuple(held))
+
+
+def release(
+    state: PodState, until: int, rules: RuleSettings, windows: WindowSettings
+) -> tuple[PodState, PodOutputs]:
+    """Apply the held inputs up to the watermark `until`, in order, then step to `until`.
+
+    Before each input at time `k` the pod is stepped to `k - 1`: what falls due before an
+    input (a window closing, the queued alert) happens before it, as it would had the
+    watermark passed between the two, so the records do not depend on how far each tick
+    moved the watermark.
+    """
+    lifecycle_: list[PodLifecycle] = []
+    attributions: list[Attribution] = []
+    alerts: list[Alert] = []
+    late = 0
+
+    def keep(out: PodOutputs) -> None:
+        nonlocal late
+        lifecycle_.extend(out.lifecycle)
+        attributions.extend(out.attributions)
+        alerts.extend(out.alerts)
+        late += out.late_usage
+
+    ready = [item for item in state.held if item.key <= until]
+    state = msgspec.structs.replace(state, held=state.held[len(ready) :])
+    for item in ready:
+        due = next_due(state, rules, windows)
+        if due is not None and due <= item.key - 1:
+            state, out = step_watermark(state, item.key - 1, rules, windows)
+            keep(out)
+        if item.event is not None:
+            state, out = step_pod_event(state, item.event, rules, windows)
+        else:
+            assert item.usage is not None  # a held input is one or the other
+            state, out = step_usage(state, item.usage, rules, windows)
+        keep(out)
+    state, out = step_watermark(state, until, rules, windows)
+    keep(out)
+    return state, PodOutputs(lifecycle_, attributions, alerts, late)

@@ -1,9 +1,10 @@
 """The tick timer: each interval, one tick to each partition, carrying watermarks and end offsets.
 
-Order matters. The timer takes the node side's stream times and the worker's watermark
-first, then flushes the producer (so the pod usage those stream times promise is in
-Kafka), then reads the inputs' end offsets, then sends: a tick is applied only once its
-partition's inputs are processed up to those offsets (`streams.ticks.Progress`).
+Order matters. The timer takes the node side's claims (stream time, idle) first, then
+hands every record made so far to the client and flushes it (so the pod usage those stream
+times promise is in Kafka), then reads the inputs' end offsets, then sends: a tick is
+applied only once its partition's inputs are processed up to those offsets
+(`streams.ticks.Progress`).
 
 End offsets come from a consumer of our own without a group: Faust's consumer shares its
 connection with the long-polling fetch and answers only when that returns (about a second).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -22,8 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.settings import KafkaSettings, Settings
 from schemas.topics import NVML_SAMPLES
 from streams.agent_loop import AgentLoop
-from streams.ticks import Tick, encode_tick
-from streams.windows import Watermark
+from streams.ticks import Tick, claims_of, encode_tick
 
 __all__ = ["OffsetProbe", "TickSender", "aiokafka_options", "tick_topic_name"]
 
@@ -87,16 +87,16 @@ class TickSender:
         settings: Settings,
         instance: str,
         node_loop: AgentLoop,
-        watermark: Watermark,
         probe: OffsetProbe,
         send: Callable[[int, bytes], None],
+        flush: Callable[[], Awaitable[None]],
         inputs: Iterable[str],
     ) -> None:
         self.app = app
         self.partitions = settings.kafka.partitions
         self.instance = instance
         self.node_loop = node_loop
-        self.watermark = watermark
+        self._flush = flush
         self.probe = probe
         self.inputs = tuple(inputs)
         self.sent = 0
@@ -117,24 +117,20 @@ class TickSender:
 
     async def _tick(self) -> None:
         owned = self.owned()
-        claims = {
-            p: proc.stream_time
-            for p, proc in list(self.node_loop.partitions.items())
-            if p in owned and proc.stream_time is not None
-        }
-        wm = self.watermark.stream_time
-        targets = [q for q in range(self.partitions) if claims or (wm is not None and q in owned)]
+        claims, idle = claims_of(self.node_loop.partitions, owned)
+        targets = set(range(self.partitions)) if claims else set()
         if not targets and not owned:
             return
-        await self.app.producer.flush()
+        # Every record made so far, to the broker: the usage the claims promise included.
+        await self._flush()
         tps = [(topic, q) for topic in self.inputs for q in range(self.partitions)]
         ends, starts = await self.probe.offsets(tps)
-        # Owned partitions get a tick even before any watermark: it loads their state.
-        for q in sorted(set(targets) | owned):
+        # Owned partitions get a tick even before any claim: it loads their state.
+        for q in sorted(targets | owned):
             tick = Tick(
                 sender=self.instance,
-                wm=wm if q in owned else None,
                 claims=claims,
+                idle=idle,
                 ends={topic: ends[(topic, q)] for topic in self.inputs},
                 starts={topic: starts[(topic, q)] for topic in self.inputs},
             )

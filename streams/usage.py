@@ -139,14 +139,21 @@ class UsageAggregator:
         self.store: MutableMapping[PodUid, PodTrack] = {} if store is None else store
         self.overlapping = 0
         """Pod-samples dropped because they overlap usage already counted."""
+        self.late = 0
+        """Samples of pods whose usage was cut at the frontier (`add(late_until=...)`)."""
         self._due: dict[int, list[PodUid]] = {}
         self._sweep_at = 0  # stream time of the next look for silent pods
         for uid, track in self.store.items():
             if track.pending is not None:
                 self._due.setdefault(track.pending.due, []).append(uid)
 
-    def add(self, sample: SampleIntegrals) -> list[PodUsage]:
-        """Take a node sample's integrals in; return the messages it completed."""
+    def add(self, sample: SampleIntegrals, late_until: int | None = None) -> list[PodUsage]:
+        """Take a node sample's integrals in; return the messages it completed.
+
+        Usage before `late_until` (the partition's usage frontier: everything ending there
+        has been sent and the pod side may have closed it) is late: that part of the
+        sample is left out and the sample counted in `late`.
+        """
         per_pod: dict[PodUid, list[tuple[GpuReading, PodIntegrals]]] = {}
         for gpu, integrals in sample.gpus:
             for pod in integrals.pods:
@@ -158,6 +165,9 @@ class UsageAggregator:
         out: list[PodUsage] = []
         if per_pod:
             parts = split_interval(sample.ts, sample.end_ts - sample.ts, self.window_ms)
+            if late_until is not None and sample.ts < late_until:
+                parts = _after(parts, late_until)
+                self.late += 1
             for uid, items in per_pod.items():
                 self._add_pod(sample, uid, items, parts, out)
         return out
@@ -250,6 +260,19 @@ class UsageAggregator:
             idle_since=track.idle_since,
             samples=pending.samples,
         )
+
+
+def _after(parts: tuple[Part, ...], cut: int) -> tuple[Part, ...]:
+    """The pieces of an interval after `cut` (a piece across it cut by fraction)."""
+    kept = []
+    for part in parts:
+        if part.end_ms <= cut:
+            continue
+        if part.start_ms < cut:
+            share = (part.end_ms - cut) / (part.end_ms - part.start_ms)
+            part = Part(part.window_start, cut, part.end_ms, part.fraction * share)
+        kept.append(part)
+    return tuple(kept)
 
 
 def _idle_everywhere(items: list[tuple[GpuReading, PodIntegrals]]) -> bool:

@@ -860,7 +860,6 @@ class CoreRun:
         self.node = NodePartition(0, node_config, self.counters)
         self.pods = PodPartition(0, PodConfig(PREFIX, 1, RULES, WINDOWS), self.counters)
         self.records = Records()
-        self.watermark: int | None = None
         self.offset = 0
 
     def feed(self, message: Input) -> None:
@@ -868,20 +867,17 @@ class CoreRun:
         source = Source(message.spec.full_name(PREFIX), 0, self.offset, message.key)
         self.offset += 1
         side = self.pods if message.spec is K8S_PODS else self.node
-        self._observe(side.handle(source, message.value, self.out))
+        side.handle(source, message.value, self.out)
         self._route()
 
     def tick(self) -> None:
-        """A tick: the node side to the watermark, then the pod side to the node side's time."""
-        self.node.on_tick(Tick(sender="core", wm=self.watermark), self.out)
+        """A tick: the node side, then the pod side to the node side's stream time."""
+        claims = {} if self.node.stream_time is None else {0: self.node.stream_time}
+        self.node.on_tick(Tick(sender="core", claims=claims), self.out)
         self._route()
         claims = {} if self.node.stream_time is None else {0: self.node.stream_time}
         self.pods.on_tick(Tick(sender="core", claims=claims), self.out)
         self._route()
-
-    def _observe(self, ts: int | None) -> None:
-        if ts is not None and (self.watermark is None or ts > self.watermark):
-            self.watermark = ts
 
     def _route(self) -> None:
         """Decode what was made; pod usage goes on to the pod side, as through Kafka."""
@@ -893,7 +889,7 @@ class CoreRun:
                     self.records.usage.append(usage)
                     source = Source(record.topic, 0, self.offset, record.key)
                     self.offset += 1
-                    self._observe(self.pods.handle(source, record.value, self.out))
+                    self.pods.handle(source, record.value, self.out)
                 elif name == POD_LIFECYCLE.name:
                     self.records.lifecycle.append(POD_LIFECYCLE.decode(record.value))
                 elif name == ATTRIBUTION.name:

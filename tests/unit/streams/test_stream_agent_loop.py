@@ -10,7 +10,6 @@ from streams.agent_loop import POSITIONS, AgentLoop, Message
 from streams.deadletters import Counters, Outputs, Record, Source
 from streams.rewinds import MAX_REWINDS, REWIND_AGAIN_S, STALL_S
 from streams.ticks import Tick, encode_tick
-from streams.windows import Watermark
 
 IN, TICKS = "t.in", "t.ticks"
 
@@ -35,7 +34,7 @@ class Stub:
         return 1000 + source.offset
 
     def on_tick(self, tick: Tick, out: Outputs) -> None:
-        self.ticks.append(tick.wm)
+        self.ticks.append(tick.claims.get(0))
 
     def take_writes(self) -> list[tuple[bytes, bytes | None]]:
         writes, self._writes = self._writes, []
@@ -79,7 +78,6 @@ def loop(
         table=table,
         make=make,
         outputs=Outputs("t.", counters),
-        watermark=Watermark(),
         committed=lambda topic, partition: None,
         send=lambda record: log.append(f"send {record.topic}"),
         flush=flush,
@@ -105,7 +103,6 @@ def test_outputs_are_acknowledged_before_the_state_that_made_them_is_written() -
         "write 1/@positions",
     ]
     assert sorted(made) == [0, 1]
-    assert agent.watermark.stream_time == 1000
 
 
 def test_state_is_written_at_most_every_state_interval_with_the_positions_it_holds() -> None:
@@ -148,10 +145,9 @@ def test_an_error_of_ours_becomes_a_dead_letter_and_the_batch_goes_on() -> None:
 def test_a_tick_runs_once_the_data_sent_before_it_is_processed() -> None:
     log: list[str] = []
     agent, _, made = loop(log, Counters())
-    tick = Tick(sender="w", wm=5000, claims={1: 7000}, ends={IN: 2}, starts={IN: 0})
+    tick = Tick(sender="w", claims={0: 5000, 1: 7000}, ends={IN: 2}, starts={IN: 0})
     asyncio.run(agent.process([Message(TICKS, 0, 0, None, encode_tick(tick))]))
     assert made[0].ticks == []
-    assert agent.watermark.stream_time == 7000  # other workers' progress counts as seen
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
     assert made[0].ticks == []
     asyncio.run(agent.process([Message(IN, 0, 1, None, b"b")]))
@@ -213,7 +209,7 @@ def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position
 
     agent, table, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
     table.data[(0, POSITIONS)] = b'{"t.in": 4}'  # a restart: the state ends at offset 3
-    tick = Tick(sender="w", wm=1, ends={IN: 9})  # Faust committed 9 without delivering 4..8
+    tick = Tick(sender="w", claims={0: 1}, ends={IN: 9})  # Faust committed 9 without delivering 4..8
     asyncio.run(agent.process([Message(TICKS, 0, 0, None, encode_tick(tick))]))
     clock[0] += STALL_S
     asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))

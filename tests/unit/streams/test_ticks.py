@@ -5,13 +5,21 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from streams.ticks import MAX_PENDING, Progress, SourceWatermarks, Tick, decode_tick, encode_tick
+from streams.ticks import (
+    MAX_PENDING,
+    Progress,
+    SourceWatermarks,
+    Tick,
+    decode_tick,
+    encode_tick,
+    usage_frontier,
+)
 
 SAMPLES, NODES = "t.nvml.samples", "t.k8s.nodes"
 
 
 def tick(ends: dict[str, int], starts: dict[str, int] | None = None, wm: int = 1) -> Tick:
-    return Tick(sender="w1", wm=wm, ends=ends, starts=starts or {})
+    return Tick(sender="w1", claims={0: wm}, ends=ends, starts=starts or {})
 
 
 def test_a_tick_waits_until_every_input_reaches_its_end_offset() -> None:
@@ -25,7 +33,7 @@ def test_a_tick_waits_until_every_input_reaches_its_end_offset() -> None:
     progress.processed(SAMPLES, 1, 6)  # another partition's offset proves nothing here
     assert progress.ready(0) == []
     progress.processed(SAMPLES, 0, 6)
-    assert [t.wm for t in progress.ready(0)] == [10, 11]
+    assert [t.claims[0] for t in progress.ready(0)] == [10, 11]
     assert progress.ready(0) == []
 
 
@@ -66,7 +74,7 @@ def test_a_lagging_partition_keeps_only_the_newest_ticks() -> None:
     for wm in range(MAX_PENDING + 10):
         progress.park(0, tick({SAMPLES: 1}, wm=wm))
     progress.processed(SAMPLES, 0, 0)
-    assert [t.wm for t in progress.ready(0)] == list(range(10, MAX_PENDING + 10))
+    assert [t.claims[0] for t in progress.ready(0)] == list(range(10, MAX_PENDING + 10))
 
 
 def test_the_pod_watermark_is_the_lowest_claim_once_every_partition_claimed() -> None:
@@ -78,8 +86,28 @@ def test_the_pod_watermark_is_the_lowest_claim_once_every_partition_claimed() ->
     assert sources.update({2: 300}) == 100
 
 
+def test_idle_partitions_count_at_the_time_they_were_raised_to() -> None:
+    sources = SourceWatermarks(3, frontier=lambda st: st - 10)
+    assert sources.update({0: 100, 1: -1, 2: 40}, idle=[1]) == -11  # not raised yet
+    assert sources.lowest_active(but=1) == 40
+    assert sources.lowest_active(but=2) == 100  # the idle one is never a target
+    assert sources.update({1: 40}, idle=[1]) == 30  # raised to the lowest of the others
+    assert sources.highest == 100
+    assert sources.update({2: 120}) == 30  # partition 1 is behind until raised again
+    assert sources.update({1: 100}, idle=[1]) == 90
+    assert sources.lowest_active(but=0) == 120
+    assert sources.update({1: 95}) == 90  # its next sample is older: the watermark holds
+
+
+def test_usage_frontier_is_lateness_behind_or_the_last_boundary_passed() -> None:
+    assert usage_frontier(125_000, 10_000, 10_000, 60_000) == 115_000
+    assert usage_frontier(125_000, 2_000, 10_000, 60_000) == 120_000  # lateness < a flush
+    assert usage_frontier(125_000, 2_000, 10_000, 15_000) == 120_000
+    assert usage_frontier(121_000, 0, 10_000, 15_000) == 120_000
+
+
 def test_ticks_round_trip_and_garbage_is_refused() -> None:
-    value = Tick(sender="w1", wm=5, claims={0: 1, 11: 2}, ends={SAMPLES: 3}, starts={SAMPLES: 0})
+    value = Tick(sender="w1", claims={0: 1, 11: 2}, idle=[11], ends={SAMPLES: 3}, starts={SAMPLES: 0})
     assert decode_tick(encode_tick(value)) == value
     with pytest.raises(msgspec.DecodeError):
         decode_tick(b'{"schema": "gpuwatch.nvml.sample/v1"}')

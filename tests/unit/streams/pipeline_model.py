@@ -1,0 +1,262 @@
+"""The worker's stream logic over in-memory topic logs, in any order of arrival.
+
+Everything the worker runs is here except Faust and Kafka: the agent loops (batches, the
+barrier of `Progress`, positions), the node and pod partitions, the tick timer's claims
+and end offsets. Topics are lists per partition; `Pipeline.step` delivers what a schedule
+picks next (so a test can read every pod event first, every sample first, or interleave
+them as a live worker would), `tick` sends one tick to every partition as `TickSender`
+does, and `drain` ends with every input read and the ticks applied until nothing moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from histories import Input, partition_of
+
+from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_NODES, K8S_PODS, NVML_SAMPLES
+from schemas import POD_LIFECYCLE, POD_USAGE
+from schemas.prices import BUILTIN_PRICES
+from schemas.settings import RuleSettings, WindowSettings
+from streams.agent_loop import AgentLoop, Message
+from streams.deadletters import Counters, Outputs, Record
+from streams.integrals import PriceBook
+from streams.node_processor import NodeConfig, NodePartition
+from streams.pod_processor import PodConfig, PodPartition
+from streams.ticks import Tick, claims_of, encode_tick
+
+PREFIX = "pm."
+TICKS = f"{PREFIX}pm.ticks"
+SAMPLES = NVML_SAMPLES.full_name(PREFIX)
+NODES = K8S_NODES.full_name(PREFIX)
+PODS = K8S_PODS.full_name(PREFIX)
+USAGE = POD_USAGE.full_name(PREFIX)
+DERIVED = {spec.full_name(PREFIX): spec for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)}
+
+
+class MemTable:
+    """A state table of one agent: key/value by partition."""
+
+    def __init__(self) -> None:
+        self.data: dict[int, dict[bytes, bytes]] = {}
+
+    def load(self, partition: int) -> list[tuple[bytes, bytes]]:
+        return list(self.data.get(partition, {}).items())
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        part = self.data.setdefault(partition, {})
+        if value is None:
+            part.pop(key, None)
+        else:
+            part[key] = value
+
+
+@dataclass
+class Pipeline:
+    """One worker owning every partition, over in-memory logs."""
+
+    partitions: int
+    rules: RuleSettings
+    windows: WindowSettings
+    idle_after_ms: int = 60_000
+    input_end_ms: int | None = None
+    batch: int = 50
+    logs: dict[str, list[list[tuple[bytes, bytes]]]] = field(default_factory=dict)
+    derived: list[tuple[str, bytes]] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+
+    def __post_init__(self) -> None:
+        for topic in (SAMPLES, NODES, PODS, USAGE, TICKS):
+            self.logs[topic] = [[] for _ in range(self.partitions)]
+        self.loop = asyncio.new_event_loop()
+        self.node_table, self.pod_table = MemTable(), MemTable()
+        self.node = self._agent("node", (SAMPLES, NODES), self.node_table, self._node)
+        self.pod = self._agent("pod", (PODS, USAGE), self.pod_table, self._pod)
+        self.read: dict[str, dict[tuple[str, int], int]] = {"node": {}, "pod": {}}
+
+    def close(self) -> None:
+        self.loop.close()
+
+    # --- wiring as streams.app wires the worker
+
+    def _node(self, partition: int, stored: list[tuple[bytes, bytes]]) -> NodePartition:
+        config = NodeConfig(
+            prefix=PREFIX,
+            window_ms=self.windows.window_s * 1000,
+            lateness_ms=self.windows.allowed_lateness_s * 1000,
+            rules=self.rules,
+            prices=PriceBook(BUILTIN_PRICES),
+            partitions=self.partitions,
+            idle_after_ms=self.idle_after_ms,
+            input_end_ms=self.input_end_ms,
+        )
+        return NodePartition(partition, config, self.counters, stored)
+
+    def _pod(self, partition: int, stored: list[tuple[bytes, bytes]]) -> PodPartition:
+        config = PodConfig(PREFIX, self.partitions, self.rules, self.windows)
+        return PodPartition(partition, config, self.counters, stored)
+
+    def _agent(
+        self,
+        name: str,
+        inputs: tuple[str, str],
+        table: MemTable,
+        make: Callable[[int, list[tuple[bytes, bytes]]], Any],
+    ) -> AgentLoop:
+        async def flush() -> None:
+            return None
+
+        return AgentLoop(
+            name=name,
+            inputs=inputs,
+            tick_topic=TICKS,
+            table=table,
+            make=make,
+            outputs=Outputs(PREFIX, self.counters, now_ms=lambda: 0),
+            committed=lambda topic, partition: None,
+            send=self._send,
+            flush=flush,
+            start_of=lambda topic, partition: 0,
+        )
+
+    def _send(self, record: Record) -> None:
+        if record.topic == USAGE:
+            self.append(USAGE, record.key, record.value)
+        elif record.topic in DERIVED:
+            self.derived.append((record.topic, record.value))
+        else:
+            assert record.topic.endswith("deadletter"), record.topic
+            self.derived.append((record.topic, record.value))
+
+    # --- the broker
+
+    def append(self, topic: str, key: bytes, value: bytes) -> None:
+        """Produce one message, partitioned by key."""
+        self.logs[topic][partition_of(key, self.partitions)].append((key, value))
+
+    def produce(self, inputs: Iterable[Input]) -> None:
+        """Produce input messages in the order given."""
+        for m in inputs:
+            self.append(SAMPLES if m.spec is NVML_SAMPLES else PODS, m.key, m.value)
+
+    def available(self, agent: str, topic: str) -> list[int]:
+        """Partitions of a topic with messages the agent has not read."""
+        read = self.read[agent]
+        return [
+            p for p, log in enumerate(self.logs[topic]) if read.get((topic, p), 0) < len(log)
+        ]
+
+    def deliver(self, agent: str, topic: str, partition: int, limit: int | None = None) -> int:
+        """Hand the agent its next messages of one topic partition; how many."""
+        read = self.read[agent]
+        start = read.get((topic, partition), 0)
+        log = self.logs[topic][partition]
+        end = len(log) if limit is None else min(len(log), start + limit)
+        if end <= start:
+            return 0
+        messages = [Message(topic, partition, o, *log[o]) for o in range(start, end)]
+        read[(topic, partition)] = end
+        loop = self.node if agent == "node" else self.pod
+        self.loop.run_until_complete(loop.process(messages))
+        return end - start
+
+    def tick(self) -> None:
+        """One tick to every partition, as `TickSender` makes them."""
+        claims, idle = claims_of(self.node.partitions, range(self.partitions))
+        inputs = (SAMPLES, NODES, PODS, USAGE)
+        for q in range(self.partitions):
+            tick = Tick(
+                sender="model",
+                claims=claims,
+                idle=idle,
+                ends={topic: len(self.logs[topic][q]) for topic in inputs},
+                starts={topic: 0 for topic in inputs},
+            )
+            self.logs[TICKS][q].append((b"", encode_tick(tick)))
+
+    # --- schedules
+
+    def step(self, order: list[tuple[str, str]]) -> str | None:
+        """Deliver one batch from the first (agent, topic) in `order` that has any: its topic."""
+        for agent, topic in order:
+            parts = self.available(agent, topic)
+            if parts:
+                self.deliver(agent, topic, parts[0], None if topic == TICKS else self.batch)
+                return topic
+        return None
+
+    def drain(self, order: list[tuple[str, str]], tick_every: int = 5) -> None:
+        """Read everything in `order`'s priority, a tick every few data batches, then settle."""
+        n = 0
+        while (topic := self.step(order)) is not None:
+            if topic != TICKS:
+                n += 1
+                if n % tick_every == 0:
+                    self.tick()
+        self.settle()
+
+    def settle(self, rounds: int = 8) -> None:
+        """Ticks until everything is read and nothing more comes out."""
+        everything = [(a, t) for a in ("node", "pod") for t in (TICKS,)]
+        everything += [("node", SAMPLES), ("node", NODES), ("pod", PODS), ("pod", USAGE)]
+        quiet = 0
+        while quiet < rounds:
+            before = (len(self.derived), sum(len(p) for p in self.logs[USAGE]))
+            self.tick()
+            while self.step(everything) is not None:
+                pass
+            after = (len(self.derived), sum(len(p) for p in self.logs[USAGE]))
+            quiet = quiet + 1 if after == before else 0
+
+    def records(self) -> dict[str, list[Any]]:
+        """The derived records by topic name (unprefixed), each as sorted JSON objects."""
+        out: dict[str, list[Any]] = {}
+        for topic, value in self.derived:
+            name = topic.removeprefix(PREFIX)
+            out.setdefault(name, []).append(json.loads(value))
+        for name, values in out.items():
+            values.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return out
+
+
+NODE_FIRST = [("node", TICKS), ("pod", TICKS), ("node", SAMPLES), ("node", NODES)]
+ORDERS: dict[str, list[tuple[str, str]]] = {
+    # Every pod event read before the first sample, then the samples and the usage.
+    "pod events first": [("pod", PODS), *NODE_FIRST, ("pod", USAGE)],
+    # Every sample and every usage first, the pod events last.
+    "samples first": [*NODE_FIRST, ("pod", USAGE), ("pod", PODS)],
+}
+
+
+def run_backlog(history_inputs: list[Input], order: str, **kw: Any) -> Pipeline:
+    """Everything produced first, then read in one of `ORDERS`."""
+    pipe = Pipeline(**kw)
+    pipe.produce(history_inputs)
+    pipe.drain(ORDERS[order])
+    pipe.close()
+    return pipe
+
+
+def run_live(history_inputs: list[Input], every: int = 3, **kw: Any) -> Pipeline:
+    """Produced in event-time order while being read, a tick every few messages."""
+    pipe = Pipeline(**kw)
+    everything = [
+        ("node", TICKS),
+        ("pod", TICKS),
+        ("node", SAMPLES),
+        ("pod", PODS),
+        ("pod", USAGE),
+    ]
+    for n, message in enumerate(history_inputs):
+        pipe.produce([message])
+        while pipe.step(everything) is not None:
+            pass
+        if n % every == 0:
+            pipe.tick()
+    pipe.settle()
+    pipe.close()
+    return pipe
