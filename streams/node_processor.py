@@ -210,9 +210,7 @@ class NodePartition:
         node = self._node(sample.node)
         st = self.stream_time
         frontier = (
-            None
-            if st is None
-            else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
+            None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
         )
         integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices)
         late_before = node.usage.late

@@ -5,8 +5,8 @@ boundaries (integrals in proportion to the time in each window, peaks kept whole
 added to the pod's open windows. The pod side's watermark is a usage frontier (every
 usage ending before it is in, the node side's lateness already allowed for), so a window
 closes when the watermark reaches its end; a finished pod's windows all close when it
-reaches the finish plus the allowed lateness. Closing emits one `Attribution`. Usage for a closed window is late: counted by the caller, never
-re-emitted.
+reaches the finish plus the allowed lateness. Closing emits one `Attribution`. Usage
+for a closed window is late: counted by the caller, never re-emitted.
 """
 
 from __future__ import annotations

@@ -136,10 +136,10 @@ def release(
 ) -> tuple[PodState, PodOutputs]:
     """Apply the held inputs up to the watermark `until`, in order, then step to `until`.
 
-    Before each input at time `k` the pod is stepped to `k - 1`: what falls due before an
-    input (a window closing, the queued alert) happens before it, as it would had the
-    watermark passed between the two, so the records do not depend on how far each tick
-    moved the watermark.
+    Before each input at time `k` the pod is stepped to `k - 1` where that changes
+    anything: what falls due before an input (a window closing, the queued alert) happens
+    before it, as it would had the watermark passed between the two, so the records do
+    not depend on how far each tick moved the watermark.
     """
     lifecycle_: list[PodLifecycle] = []
     attributions: list[Attribution] = []
@@ -157,7 +157,9 @@ def release(
     state = msgspec.structs.replace(state, held=state.held[len(ready) :])
     for item in ready:
         due = next_due(state, rules, windows)
-        if due is not None and due <= item.key - 1:
+        # Usage also needs the windows closed before it marked closed (a pod with none
+        # open has nothing due, yet a part of the usage for such a window is late).
+        if item.usage is not None or (due is not None and due <= item.key - 1):
             state, out = step_watermark(state, item.key - 1, rules, windows)
             keep(out)
         if item.event is not None:

@@ -75,7 +75,9 @@ def decode_tick(raw: bytes) -> Tick:
     return _DECODER.decode(raw)
 
 
-def claims_of(partitions: Mapping[int, Any], owned: Iterable[int]) -> tuple[dict[int, int], list[int]]:
+def claims_of(
+    partitions: Mapping[int, Any], owned: Iterable[int]
+) -> tuple[dict[int, int], list[int]]:
     """The claims and idle partitions of a sender's node partitions (`NodePartition.claim`)."""
     owned = set(owned)
     claims: dict[int, int] = {}

@@ -270,8 +270,9 @@ def _after(parts: tuple[Part, ...], cut: int) -> tuple[Part, ...]:
             continue
         if part.start_ms < cut:
             share = (part.end_ms - cut) / (part.end_ms - part.start_ms)
-            part = Part(part.window_start, cut, part.end_ms, part.fraction * share)
-        kept.append(part)
+            kept.append(Part(part.window_start, cut, part.end_ms, part.fraction * share))
+        else:
+            kept.append(part)
     return tuple(kept)
 
 

@@ -174,17 +174,17 @@ class History:
         rv = 100
         for pod in self.pods:
             rv += 10
-            events.append(_pod(pod, self.t0, "ADDED", pod.created_ms, rv, "Pending"))
-            events.append(_pod(pod, self.t0, "MODIFIED", pod.start_ms, rv + 1, "Running"))
+            events.append(_pod(pod, self.t0, "ADDED", pod.created_ms, rv=rv, phase="Pending"))
+            events.append(_pod(pod, self.t0, "MODIFIED", pod.start_ms, rv=rv + 1, phase="Running"))
             if pod.end_ms >= self.duration_ms:
                 continue
             if pod.finish == "Deleted":
-                events.append(_pod(pod, self.t0, "DELETED", pod.end_ms, rv + 2, "Running"))
+                events.append(_pod(pod, self.t0, "DELETED", pod.end_ms, rv=rv + 2, phase="Running"))
                 continue
-            events.append(_pod(pod, self.t0, "MODIFIED", pod.end_ms, rv + 2, pod.finish))
+            events.append(_pod(pod, self.t0, "MODIFIED", pod.end_ms, rv=rv + 2, phase=pod.finish))
             if pod.deleted_after_ms is not None:
                 at = pod.end_ms + pod.deleted_after_ms
-                events.append(_pod(pod, self.t0, "DELETED", at, rv + 3, pod.finish))
+                events.append(_pod(pod, self.t0, "DELETED", at, rv=rv + 3, phase=pod.finish))
         events.sort(key=lambda e: e["ts"])
         # A relist re-sends every pod alive at that time as it last was.
         for at in self.relists_ms:
@@ -192,7 +192,7 @@ class History:
             for event in events:
                 if event["ts"] <= self.t0 + at and event["type"] != "RESYNC":
                     latest[event["uid"]] = event
-            for uid, event in sorted(latest.items()):
+            for _uid, event in sorted(latest.items()):
                 if event["type"] != "DELETED" and event["phase"] in ("Pending", "Running"):
                     events.append({**event, "type": "RESYNC", "ts": self.t0 + at})
         events.sort(key=lambda e: e["ts"])
@@ -210,9 +210,7 @@ class History:
                 for x in self.samples()
             ]
             rank = {K8S_PODS.name: 0, NVML_SAMPLES.name: 1}
-            self._memo["inputs"] = sorted(
-                [*pods, *data], key=lambda m: (m.ts, rank[m.spec.name])
-            )
+            self._memo["inputs"] = sorted([*pods, *data], key=lambda m: (m.ts, rank[m.spec.name]))
         inputs: list[Input] = self._memo["inputs"]
         return inputs
 
@@ -238,12 +236,12 @@ def _name(pod: PodPlan) -> str:
     return f"job-{pod.uid[:8]}"
 
 
-def _pod(pod: PodPlan, t0: int, type_: str, at: int, rv: int, phase: str) -> dict[str, Any]:
+def _pod(pod: PodPlan, t0: int, type_: str, at: int, *, rv: int, phase: str) -> dict[str, Any]:
     """A `k8s.pods` value of a planned pod."""
     running = phase == "Running"
     done = phase in ("Succeeded", "Failed")
     state = "running" if running else "terminated" if done else "waiting"
-    reason = {"Succeeded": "Completed", "Failed": "OOMKilled"}.get(phase, None)
+    reason = {"Succeeded": "Completed", "Failed": "OOMKilled"}.get(phase)
     if phase == "Pending":
         reason = "ContainerCreating"
     return {

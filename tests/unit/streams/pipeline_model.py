@@ -18,8 +18,16 @@ from typing import Any
 
 from histories import Input, partition_of
 
-from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_NODES, K8S_PODS, NVML_SAMPLES
-from schemas import POD_LIFECYCLE, POD_USAGE
+from schemas import (
+    ALERTS,
+    ATTRIBUTION,
+    GPU_WINDOWS,
+    K8S_NODES,
+    K8S_PODS,
+    NVML_SAMPLES,
+    POD_LIFECYCLE,
+    POD_USAGE,
+)
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings
 from streams.agent_loop import AgentLoop, Message
@@ -35,7 +43,9 @@ SAMPLES = NVML_SAMPLES.full_name(PREFIX)
 NODES = K8S_NODES.full_name(PREFIX)
 PODS = K8S_PODS.full_name(PREFIX)
 USAGE = POD_USAGE.full_name(PREFIX)
-DERIVED = {spec.full_name(PREFIX): spec for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)}
+DERIVED = {
+    spec.full_name(PREFIX): spec for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)
+}
 
 
 class MemTable:
@@ -146,9 +156,7 @@ class Pipeline:
     def available(self, agent: str, topic: str) -> list[int]:
         """Partitions of a topic with messages the agent has not read."""
         read = self.read[agent]
-        return [
-            p for p, log in enumerate(self.logs[topic]) if read.get((topic, p), 0) < len(log)
-        ]
+        return [p for p, log in enumerate(self.logs[topic]) if read.get((topic, p), 0) < len(log)]
 
     def deliver(self, agent: str, topic: str, partition: int, limit: int | None = None) -> int:
         """Hand the agent its next messages of one topic partition; how many."""
@@ -218,7 +226,7 @@ class Pipeline:
         for topic, value in self.derived:
             name = topic.removeprefix(PREFIX)
             out.setdefault(name, []).append(json.loads(value))
-        for name, values in out.items():
+        for values in out.values():
             values.sort(key=lambda v: json.dumps(v, sort_keys=True))
         return out
 

@@ -85,9 +85,7 @@ def histories(draw: Any, intervals: tuple[int, ...] = INTERVALS_MS) -> History:
             )
         )
     relists = tuple(sorted(draw(st.lists(st.integers(1, duration // S), max_size=2))))
-    return History(
-        T0, duration, tuple(nodes), tuple(pods), tuple(r * S for r in relists)
-    )
+    return History(T0, duration, tuple(nodes), tuple(pods), tuple(r * S for r in relists))
 
 
 def run(history: History, order: str, partitions: int) -> Pipeline:
@@ -125,9 +123,7 @@ def differences(history: History, partitions: int) -> list[str]:
     return out
 
 
-BOUNDED = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @BOUNDED

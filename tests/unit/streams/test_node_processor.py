@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -122,15 +123,25 @@ def node_event(kind: str) -> bytes:
 
 
 def test_a_tick_closes_a_silent_partitions_windows_and_a_deleted_node_goes() -> None:
-    part, out = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    cfg = dataclasses.replace(config(), partitions=2)
+    part, out = NodePartition(0, cfg, Counters()), Outputs(PREFIX, Counters())
     feed(part, samples(0, 30), out)
-    part.on_tick(Tick(sender="w", wm=W0 + 95 * S), out)
+    # Partition 1 is 59 s past this one's last sample's end: not idle yet.
+    part.on_tick(Tick(sender="w", claims={0: W0 + 29 * S, 1: W0 + 89 * S}), out)
+    assert part.claim() == (W0 + 29 * S, False)
+    assert decoded(out, GPU_WINDOWS) == []
+    # 65 s past it (more than source_idle_after_s): idle, raised to partition 1's time.
+    part.on_tick(Tick(sender="w", claims={1: W0 + 95 * S}), out)
+    assert part.claim() == (W0 + 95 * S, True)
     assert {w.window_start for w in decoded(out, GPU_WINDOWS)} == {W0}
     missing = [a for a in decoded(out, ALERTS) if a.name == "NodeTelemetryMissing"]
     assert [(a.status, a.ts - W0) for a in missing] == [("firing", 60 * S)]  # 30 s + 30 s
+    # Node events wait for stream time to reach them (100 s), then apply in order.
     nodes = Source(K8S_NODES.full_name(PREFIX), 0, 0, NODE.encode())
     part.handle(nodes, node_event("ADDED"), out)
     part.handle(nodes, node_event("DELETED"), out)
+    assert [a for a in decoded(out, ALERTS) if a.status == "resolved"] == []
+    part.on_tick(Tick(sender="w", claims={1: W0 + 101 * S}), out)
     resolved = [a for a in decoded(out, ALERTS) if a.status == "resolved"]
     assert [a.name for a in resolved] == ["NodeTelemetryMissing"]
     assert part.take_writes()[0] == (NODE.encode(), None)  # nothing left open: it goes

@@ -30,11 +30,12 @@ def feed(state: PodState, spans: list[tuple[int, int]], **kw: object) -> PodStat
     return state
 
 
-def test_a_window_closes_when_stream_time_reaches_its_end_plus_lateness() -> None:
+def test_a_window_closes_when_the_usage_frontier_reaches_its_end() -> None:
+    """The watermark is the node side's usage frontier: its lateness is allowed for there."""
     state = feed(running(), [(t, t + 10) for t in range(0, 60, 10)])
-    state, out = step_watermark(state, 69_999, RULES, WINDOWS)
+    state, out = step_watermark(state, 59_999, RULES, WINDOWS)
     assert out.attributions == []
-    state, out = step_watermark(state, 70_000, RULES, WINDOWS)
+    state, out = step_watermark(state, 60_000, RULES, WINDOWS)
     (record,) = out.attributions
     assert (record.window_start, record.window_end, record.ts) == (0, 60 * S, 60 * S)
     assert (record.uid, record.namespace, record.pod, record.node) == (
@@ -170,7 +171,7 @@ def test_usage_of_a_pod_not_described_yet_waits_for_its_pod_event() -> None:
 
 def test_a_pod_never_described_is_emitted_after_the_grace() -> None:
     state, _ = step_usage(None, usage(0, 30 * S), RULES, WINDOWS)
-    due = 60 * S + 10 * S + pod_attribution.UNKNOWN_POD_GRACE_MS
+    due = 60 * S + pod_attribution.UNKNOWN_POD_GRACE_MS
     assert step_watermark(state, due - 1, RULES, WINDOWS)[1].attributions == []
     (record,) = step_watermark(state, due, RULES, WINDOWS)[1].attributions
     assert (record.namespace, record.pod, record.state, record.node) == (

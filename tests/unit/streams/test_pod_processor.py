@@ -77,8 +77,9 @@ def test_a_finished_pod_is_forgotten_an_hour_of_event_time_after() -> None:
         out,
     )
     p.take_writes()
-    p.on_tick(claims(p0=B + 10 * S + FINISHED_KEEP_MS - 1, p1=B + 10**10), out)
+    late = 10 * S  # the watermark is the usage frontier, the lateness behind the claims
+    p.on_tick(claims(p0=B + 10 * S + FINISHED_KEEP_MS - 1 + late, p1=B + 10**10), out)
     assert UID in p.pods
-    p.on_tick(claims(p0=B + 10 * S + FINISHED_KEEP_MS), out)
+    p.on_tick(claims(p0=B + 10 * S + FINISHED_KEEP_MS + late), out)
     assert UID not in p.pods
     assert p.take_writes() == [(UID.encode(), None)]

@@ -1,8 +1,9 @@
 """A tick steps only the pods something is due of: the outputs equal stepping every pod.
 
-The reference here is the plain rule (every pod of the partition stepped to every new
-watermark, in uid order); `PodPartition` steps the pods `next_due` names and catches a pod
-up before its next input. Over generated histories of several pods both publish the same
+The reference here is the plain rule (every pod of the partition released and stepped to
+every new watermark, in uid order; an input ahead of the watermark held, one behind it
+applied at once); `PodPartition` steps the pods `next_due` names and catches a pod up
+before a late input. Over generated histories of several pods both publish the same
 records in the same order, and forget the same finished pods.
 """
 
@@ -23,8 +24,15 @@ from schemas.k8s_pod import K8sPod
 from schemas.pod_usage import PodUsage
 from streams.deadletters import Counters, Outputs, Source
 from streams.pod_processor import FINISHED_KEEP_MS, PodConfig, PodPartition
-from streams.pod_state import PodState
-from streams.pod_step import next_due, step_pod_event, step_usage, step_watermark
+from streams.pod_state import Held, PodState
+from streams.pod_step import (
+    hold,
+    next_due,
+    release,
+    step_pod_event,
+    step_usage,
+    step_watermark,
+)
 from streams.ticks import Tick as WorkerTick
 
 S = 1000
@@ -48,15 +56,24 @@ class EveryPod:
                 return
             self.applied = item.now_ms
             for uid in sorted(self.pods):
-                after, out = step_watermark(self.pods[uid], item.now_ms, RULES, WINDOWS)
+                after, out = release(self.pods[uid], item.now_ms, RULES, WINDOWS)
                 self._publish(out)
-                finished = after.state == "finished" and not after.windows
+                finished = after.state == "finished" and not after.windows and not after.held
                 if finished and item.now_ms >= after.since + FINISHED_KEEP_MS:
                     del self.pods[uid]
                 else:
                     self.pods[uid] = after
             return
         before = self.pods.get(item.uid)
+        key = item.end_ts if isinstance(item, PodUsage) else item.ts
+        if self.applied is None or key > self.applied:
+            held = (
+                Held(key=key, usage=item)
+                if isinstance(item, PodUsage)
+                else Held(key=key, event=item)
+            )
+            self.pods[item.uid] = hold(before, held)
+            return
         if isinstance(item, PodUsage):
             after, out = step_usage(before, item, RULES, WINDOWS)
         else:
@@ -75,7 +92,9 @@ def due_only(inputs: list[Input]) -> tuple[list[tuple[str, Any]], PodPartition]:
     out = Outputs(PREFIX, counters)
     for offset, item in enumerate(inputs):
         if isinstance(item, Tick):
-            part.on_tick(WorkerTick(sender="w", claims={0: item.now_ms}), out)
+            # The watermark is the usage frontier, the lateness behind the claim.
+            late_ms = WINDOWS.allowed_lateness_s * S
+            part.on_tick(WorkerTick(sender="w", claims={0: item.now_ms + late_ms}), out)
         elif isinstance(item, PodUsage):
             part.handle(Source(USAGE, 0, offset, None), POD_USAGE.encode(item), out)
         else:
@@ -161,7 +180,7 @@ def test_due_names_the_window_close_the_queued_alert_and_the_forgetting() -> Non
     counted, _ = step_usage(running, usage(1_000 * S, 1_005 * S), RULES, WINDOWS)
     window_ms, late_ms = WINDOWS.window_s * S, WINDOWS.allowed_lateness_s * S
     start = 1_000 * S - 1_000 * S % window_ms
-    assert next_due(counted, RULES, WINDOWS) == start + window_ms + late_ms
+    assert next_due(counted, RULES, WINDOWS) == start + window_ms
     done, _ = step_pod_event(counted, pod("Succeeded", ts=1_006 * S, rv=2), RULES, WINDOWS)
     assert next_due(done, RULES, WINDOWS) == 1_006 * S + late_ms
     closed, out = step_watermark(done, 1_006 * S + late_ms, RULES, WINDOWS)

@@ -209,7 +209,9 @@ def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position
 
     agent, table, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
     table.data[(0, POSITIONS)] = b'{"t.in": 4}'  # a restart: the state ends at offset 3
-    tick = Tick(sender="w", claims={0: 1}, ends={IN: 9})  # Faust committed 9 without delivering 4..8
+    tick = Tick(
+        sender="w", claims={0: 1}, ends={IN: 9}
+    )  # Faust committed 9 without delivering 4..8
     asyncio.run(agent.process([Message(TICKS, 0, 0, None, encode_tick(tick))]))
     clock[0] += STALL_S
     asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))

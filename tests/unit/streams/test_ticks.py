@@ -107,7 +107,9 @@ def test_usage_frontier_is_lateness_behind_or_the_last_boundary_passed() -> None
 
 
 def test_ticks_round_trip_and_garbage_is_refused() -> None:
-    value = Tick(sender="w1", claims={0: 1, 11: 2}, idle=[11], ends={SAMPLES: 3}, starts={SAMPLES: 0})
+    value = Tick(
+        sender="w1", claims={0: 1, 11: 2}, idle=[11], ends={SAMPLES: 3}, starts={SAMPLES: 0}
+    )
     assert decode_tick(encode_tick(value)) == value
     with pytest.raises(msgspec.DecodeError):
         decode_tick(b'{"schema": "gpuwatch.nvml.sample/v1"}')
