@@ -28,6 +28,7 @@ __all__ = [
     "UsageOutcome",
     "add_usage",
     "close_windows",
+    "finish_closes_at",
     "least_precise",
     "window_start",
 ]
@@ -164,6 +165,17 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
     )
 
 
+def finish_closes_at(state: PodState, windows: WindowSettings) -> int:
+    """When a finished pod's windows close: at the finish once its usage reaches the finish
+    (a sample that covers the finish has come whole; the watermark, a usage frontier, has
+    the lateness in it already), else when the watermark passes the end of the window
+    holding the finish (its usage stopped before it: the GPU gone from the samples)."""
+    if (state.attributed_until or 0) >= state.since:
+        return state.since
+    window_ms = windows.window_s * 1000
+    return window_start(state.since, window_ms) + window_ms
+
+
 def close_windows(
     state: PodState, windows: WindowSettings, now_ms: int | None = None
 ) -> tuple[PodState, list[Attribution]]:
@@ -171,9 +183,9 @@ def close_windows(
 
     `now_ms` is the pod side's watermark (None: nothing closes). A window closes when the
     watermark reaches its end, later by `UNKNOWN_POD_GRACE_MS` for a pod no pod event has
-    described. A finished pod's windows all close when the watermark reaches the finish
-    plus the allowed lateness, so the usage of its last seconds (the GPU held until the
-    kubelet lets it go) still counts; usage of a sample that ends later than that is late.
+    described. A finished pod's windows all close together (`finish_closes_at`), so the
+    usage of its last seconds (the GPU held until the kubelet lets it go, a long sample
+    that covers the finish) still counts.
     The record of the window that holds the finish ends at the finish; windows wholly
     after it keep their end.
     """
@@ -182,7 +194,7 @@ def close_windows(
     window_ms = windows.window_s * 1000
     finished = state.state == "finished"
     if finished:
-        if now_ms < state.since + windows.allowed_lateness_s * 1000:
+        if now_ms < finish_closes_at(state, windows):
             return state, []
         ends = [window_start(state.since, window_ms) + window_ms]
         closed_until = max(

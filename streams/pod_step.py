@@ -106,12 +106,12 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
     if state.held:
         due.append(state.held[0].key)
     if state.state == "finished":
-        # Its windows close at the finish plus the lateness (with usage or not: later usage
-        # is late); then the state is kept an hour.
+        # Its windows close together (with usage or not: later usage is late); then the
+        # state is kept an hour.
         finish_window_end = state.since - state.since % window_ms + window_ms
         closing = state.windows or state.closed_until < finish_window_end
-        wait = windows.allowed_lateness_s * 1000
-        due.append(state.since + wait if closing else state.since + FINISHED_KEEP_MS)
+        close_at = pod_attribution.finish_closes_at(state, windows)
+        due.append(close_at if closing else state.since + FINISHED_KEEP_MS)
     elif state.windows:
         grace = UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
         due.append(state.windows[0].start + window_ms + grace)

@@ -108,8 +108,8 @@ def differences(history: History, partitions: int) -> list[str]:
     runs = {order: run(history, order, partitions) for order in ORDERS}
     base = runs["live"].records()
     out = []
-    # A sample longer than the lateness across a pod's finish is late everywhere (it ends
-    # after the finish's windows closed); with shorter ones nothing may be late.
+    # Late input is counted alike in every order; none at all where no sample is longer
+    # than the allowed lateness (a longer one can end after windows it covers closed).
     can_be_late = max(n.interval_ms for n in history.nodes) > WINDOWS.allowed_lateness_s * S
     for order, pipe in runs.items():
         if pipe.counters.late != runs["live"].counters.late or (
@@ -139,8 +139,7 @@ def test_attribution_adds_up_to_the_samples_of_the_windows_closed(
 ) -> None:
     """Allocated and idle seconds of the closed windows equal the samples' in those windows.
 
-    With samples no longer than the allowed lateness (a longer one across a pod's finish
-    ends after the finish's windows closed: that part is late, and counted).
+    With samples no longer than the allowed lateness, so that nothing is late.
     """
     pipe = run(history, "pod events first", partitions)
     records = pipe.records()

@@ -111,11 +111,14 @@ def test_a_finished_pods_last_window_ends_at_the_finish() -> None:
     state, out = step_pod_event(state, pod("Succeeded", ts=95 * S, rv=2), RULES, WINDOWS)
     assert [t.to_state for t in out.lifecycle] == ["finished"]
     assert out.attributions == []  # the node side may still flush its last seconds
-    # Usage flushed after the finish event, before the finish plus the lateness, counts.
+    # Until its usage reaches the finish, the windows wait (up to the finish window's end).
+    assert step_watermark(state, 119 * S, RULES, WINDOWS)[1].attributions == []
+    # Usage flushed after the finish event counts; once it reaches the finish, they close
+    # at the finish (the watermark is a usage frontier: the lateness is in it).
     state, out = step_usage(state, usage(80 * S, 95 * S), RULES, WINDOWS)
     assert out.late_usage == 0
-    assert step_watermark(state, 104 * S, RULES, WINDOWS)[1].attributions == []
-    state, out = step_watermark(state, 105 * S, RULES, WINDOWS)
+    assert step_watermark(state, 95 * S - 1, RULES, WINDOWS)[1].attributions == []
+    state, out = step_watermark(state, 95 * S, RULES, WINDOWS)
     first, last = out.attributions
     assert (first.window_start, first.window_end, first.state) == (0, 60 * S, "running")
     assert (last.window_start, last.window_end, last.ts) == (60 * S, 95 * S, 95 * S)

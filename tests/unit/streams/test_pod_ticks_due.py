@@ -178,12 +178,15 @@ def test_due_names_the_window_close_the_queued_alert_and_the_forgetting() -> Non
     assert next_due(queued, RULES, WINDOWS) == 1_000 * S + RULES.queued_alert_after_s * S
     running, _ = step_pod_event(None, running_at(1_000 * S), RULES, WINDOWS)
     counted, _ = step_usage(running, usage(1_000 * S, 1_005 * S), RULES, WINDOWS)
-    window_ms, late_ms = WINDOWS.window_s * S, WINDOWS.allowed_lateness_s * S
+    window_ms = WINDOWS.window_s * S
     start = 1_000 * S - 1_000 * S % window_ms
     assert next_due(counted, RULES, WINDOWS) == start + window_ms
     done, _ = step_pod_event(counted, pod("Succeeded", ts=1_006 * S, rv=2), RULES, WINDOWS)
-    assert next_due(done, RULES, WINDOWS) == 1_006 * S + late_ms
-    closed, out = step_watermark(done, 1_006 * S + late_ms, RULES, WINDOWS)
+    # Its usage stops short of the finish: the window holding the finish ends first.
+    assert next_due(done, RULES, WINDOWS) == start + window_ms
+    reached, _ = step_usage(done, usage(1_005 * S, 1_007 * S), RULES, WINDOWS)
+    assert next_due(reached, RULES, WINDOWS) == 1_006 * S
+    closed, out = step_watermark(reached, 1_006 * S, RULES, WINDOWS)
     assert out.attributions
     assert next_due(closed, RULES, WINDOWS) == 1_006 * S + FINISHED_KEEP_MS
 
