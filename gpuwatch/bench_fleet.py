@@ -111,8 +111,11 @@ class Fleet:
         )
 
 
-def build_fleet(nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int) -> Fleet:
-    """`nodes` simulated nodes sampled `seconds` times from `t0_ms`, and their pods' events.
+def build_fleet(
+    nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int, interval_s: float = 1.0
+) -> Fleet:
+    """`nodes` simulated nodes sampled every `interval_s` for `seconds` from `t0_ms`, and
+    their pods' events.
 
     `watch` nodes, spread over the fleet, have their first GPU read by the latency probe.
     """
@@ -131,7 +134,7 @@ def build_fleet(nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int) -> 
             resolver=pods,
             allocations=pods,
             publish=lambda key, value: backlog.append((key, value)),
-            interval_s=1.0,
+            interval_s=interval_s,
             clock=clock,
         )
         clocks.append(clock)
@@ -140,11 +143,12 @@ def build_fleet(nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int) -> 
             event = pod_event(pod, name, t0_ms, team=f"team-{i % TEAMS:02d}")
             pod_events.append((pod.uid.encode(), K8S_PODS.encode(event)))
     last: list[NvmlSample] = []
-    for second in range(seconds):
+    rounds = max(1, round(seconds / interval_s))
+    for round_ in range(rounds):
         for clock, agent in zip(clocks, agents, strict=True):
             sample = agent.tick()
-            clock.now += 1.0
-            if second == seconds - 1:
+            clock.now += interval_s
+            if round_ == rounds - 1:
                 last.append(sample)
     step = max(1, nodes // max(1, watch))
     watched = {i: str(last[i].gpus[0].uuid) for i in range(0, nodes, step)[:watch]} if last else {}

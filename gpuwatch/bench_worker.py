@@ -86,6 +86,8 @@ class WorkerBenchConfig:
     gpus: int = 8
     seconds: int = 10
     """Seconds of fleet samples in the backlog."""
+    interval_s: float = 1.0
+    """How often each node samples (a backlog of recorded history: every 30 or 57 s)."""
     paced_gpu_samples_per_s: float = 40_000.0
     paced_seconds: float = 30.0
     watch: int = 48
@@ -126,6 +128,7 @@ def worker_config(
     rate: float | None = None,
     paced_seconds: float | None = None,
     redis_db: int | None = None,
+    interval_s: float | None = None,
 ) -> WorkerBenchConfig:
     """`QUICK` or `FULL` with the options given; ValueError when one is out of range."""
     base = QUICK if quick else FULL
@@ -137,7 +140,10 @@ def worker_config(
         paced_gpu_samples_per_s=base.paced_gpu_samples_per_s if rate is None else rate,
         paced_seconds=base.paced_seconds if paced_seconds is None else paced_seconds,
         redis_db=base.redis_db if redis_db is None else redis_db,
+        interval_s=base.interval_s if interval_s is None else interval_s,
     )
+    if not 0.1 <= config.interval_s <= 60:
+        raise ValueError(f"--interval must be 0.1..60 s, got {config.interval_s:g}")
     if not 1 <= config.gpus <= 64:
         raise ValueError(f"--gpus must be 1..64, got {config.gpus}")
     if config.nodes < 1 or config.seconds < 1:
@@ -162,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerBenchConfig:
         rate=args.rate,
         paced_seconds=args.paced_seconds,
         redis_db=args.redis_db,
+        interval_s=args.interval,
     )
 
 
@@ -325,7 +332,9 @@ def bench_worker(settings: Settings, config: WorkerBenchConfig, say: Say) -> Wor
     producer = bench_producer(settings, ticks, config.gpus, config.producer_kafka, 5.0)
     say(f"simulating {config.nodes} nodes x {config.gpus} GPUs for {config.seconds} s")
     t0 = int(time.time() * 1000) - (config.seconds + 5) * 1000
-    fleet = build_fleet(config.nodes, config.gpus, config.seconds, t0, config.watch)
+    fleet = build_fleet(
+        config.nodes, config.gpus, config.seconds, t0, config.watch, config.interval_s
+    )
     scoped = _scope(settings)
     redis_url = _redis_url(settings, config.redis_db)
     _flush(redis_url)

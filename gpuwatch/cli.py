@@ -300,6 +300,12 @@ def _add_bench(verbs: Any) -> None:
         "--seconds", type=int, metavar="S", help="seconds of samples in the backlog (10)"
     )
     worker.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="seconds between a node's samples in the backlog (1; recorded history: 30, 57)",
+    )
+    worker.add_argument(
         "--rate", type=float, metavar="R", help="paced load in GPU-samples/s (40000)"
     )
     worker.add_argument(

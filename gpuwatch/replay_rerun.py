@@ -7,10 +7,11 @@ that prefix's derived topics and a Redis database of its own, until it has caugh
 every input consumed by its consumer group and the derived topics no longer growing.
 Live topics are only read; the live prefix and the live Redis database are refused.
 
-The range is widened to whole windows, and the inputs are copied `allowed_lateness` and a
-few seconds past its end, so that the stream time passes the last window's close. Each pod's
-(and node's) last event before the range is copied first: the worker then knows who runs
-where, as the live worker did.
+The range is widened to whole windows and its inputs copied; the worker is told where the
+input ends (`GPUWATCH_WORKER_INPUT_END_MS`), so once it has caught up its stream time goes to
+the end plus the lateness and every window of the range closes, however long the samples of
+the last minutes were. Each pod's (and node's) last event before the range is copied first:
+the worker then knows who runs where, as the live worker did.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ __all__ = [
     "widened",
 ]
 
-CLOSE_TAIL_MS = 5_000  # past end + lateness: a few 1 s samples move the stream time beyond it
 MAX_REDIS_DB = 15  # Redis has 16 databases unless configured otherwise
 _PREFIX = re.compile(r"[A-Za-z0-9._-]+")  # the settings' topic_prefix pattern, not empty
 
@@ -188,8 +188,7 @@ def rerun(
         say(note)
     windows = settings.windows
     span = widened(options.span, windows.window_s * 1000)
-    close_ms = windows.allowed_lateness_s * 1000 + CLOSE_TAIL_MS
-    copy_span = TimeRange(span.start_ms, span.end_ms + close_ms)
+    copy_span = span
     try:
         with RangeReader(settings.kafka, progress) as reader:
             source = reader.partitions(NVML_SAMPLES.full_name(live))
@@ -217,7 +216,7 @@ def rerun(
             log = log_path(options.log_dir, target)
             result.worker_log = str(log)
             with sigterm_interrupts():
-                worker = spawn(target, redis_url, options.config, log)
+                worker = spawn(target, redis_url, options.config, log, span.end_ms)
                 try:
                     wait_caught_up(target, worker, log, progress)
                 finally:

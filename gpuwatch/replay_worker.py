@@ -88,8 +88,14 @@ def log_path(log_dir: Path | None, target: Settings) -> Path:
     return directory / f"gpuwatch-replay-{target.kafka.app_id}.log"
 
 
-def spawn(target: Settings, redis_url: str, config: Path | None, log: Path) -> Any:
-    """`gpuwatch worker` on the target prefix; the other settings come from our environment."""
+def spawn(
+    target: Settings, redis_url: str, config: Path | None, log: Path, input_end_ms: int | None
+) -> Any:
+    """`gpuwatch worker` on the target prefix; the other settings come from our environment.
+
+    With `input_end_ms` the worker knows where the copied input ends, and closes every
+    window up to it once it has caught up, instead of waiting for data that never comes.
+    """
     kafka = target.kafka
     env = {
         **os.environ,
@@ -102,6 +108,8 @@ def spawn(target: Settings, redis_url: str, config: Path | None, log: Path) -> A
     }
     if config is not None:
         env["GPUWATCH_CONFIG"] = str(config)
+    if input_end_ms is not None:
+        env["GPUWATCH_WORKER_INPUT_END_MS"] = str(input_end_ms)
     argv = [sys.executable, "-m", "gpuwatch.cli", "worker", "--tick-interval", WORKER_TICK_S]
     argv += ["--instance", "replay"]
     with log.open("wb") as out:

@@ -113,7 +113,13 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
     client = redis.Redis(port=store.port, decode_responses=False)
     try:
         half_until = case.t0 + HALF * S
-        wait_for("Redis up to the first half", converged(client, scoped, uuids, half_until), worker)
+        up_to_half = converged(client, scoped, uuids, half_until)
+
+        def first_half() -> bool:
+            # Pod transitions come out once the usage watermark passes them: wait for both.
+            return up_to_half() and {case.training.uid, QUEUED_UID} <= set(_states(client, case))
+
+        wait_for("Redis up to the first half", first_half, worker)
         before = _states(client, case)
         assert (before[case.training.uid], before[QUEUED_UID]) == ("running", "queued")
 

@@ -74,7 +74,10 @@ def test_a_rerun_with_another_idle_threshold_gives_the_idle_seconds_it_implies(
     windows = {
         (training, t0): t0 + WINDOW_MS,
         (training, t0 + WINDOW_MS): t0 + FINISH_S * S,  # it finished at +75 s
-        (idle, t0): t0 + WINDOW_MS,  # its second window is still open at +90 s
+        (idle, t0): t0 + WINDOW_MS,
+        # The range is widened to t0 + 120 s and the input ends there: the idle pod's
+        # second window closes too, with the 30 s of samples it has.
+        (idle, t0 + WINDOW_MS): t0 + 2 * WINDOW_MS,
     }
     rerun = Settings.model_validate(
         live.model_dump() | {"kafka": live.kafka.model_dump() | {"topic_prefix": target}}
@@ -87,7 +90,7 @@ def test_a_rerun_with_another_idle_threshold_gives_the_idle_seconds_it_implies(
     for key, seconds in expected.items():
         assert records[key].idle_gpu_seconds == pytest.approx(seconds, abs=1e-6), key
     assert result["rerun_totals"]["idle_gpu_seconds"] == pytest.approx(sum(expected.values()))
-    assert result["rerun_totals"]["pod_windows"] == 3
+    assert result["rerun_totals"]["pod_windows"] == 4
     assert result["live_totals"]["pod_windows"] == 0  # no live worker ran here
     assert result["settings"]["idle_util_pct"] == IDLE_PCT
 
@@ -95,7 +98,7 @@ def test_a_rerun_with_another_idle_threshold_gives_the_idle_seconds_it_implies(
     # then the queued pod (t0) and the training pod's end (t0 + 75 s).
     assert result["copied"] == {"k8s.pods": 4, "nvml.samples": TICKS}
     assert result["before_range"] == {"k8s.nodes": 0, "k8s.pods": 2, "nvml.samples": 0}
-    assert result["derived"]["attribution"] == 3
+    assert result["derived"]["attribution"] == 4
     copied_pods = [K8S_PODS.decode(r.value) for r in consume_all(rerun, K8S_PODS.full_name(target))]
     assert sorted(p.name for p in copied_pods) == sorted(
         [case.training.name, case.idle.name, "queued-0", case.training.name]

@@ -250,7 +250,7 @@ class Worker:
 
 
 @contextmanager
-def topic_scopes(stack: Settings) -> Iterator[NewScope]:
+def topic_scopes(stack: Settings, partitions: int = PARTITIONS) -> Iterator[NewScope]:
     """Make settings with a topic prefix and app id of their own, topics created; deleted after.
 
     The body of the `new_scope` fixture, for fixtures of a wider scope too.
@@ -264,7 +264,7 @@ def topic_scopes(stack: Settings) -> Iterator[NewScope]:
         kafka = stack.kafka.model_copy(
             update={
                 "topic_prefix": prefixes[-1],
-                "partitions": PARTITIONS,
+                "partitions": partitions,
                 "app_id": f"gwtest-app-{tag}",
             }
         )

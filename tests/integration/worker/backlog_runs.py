@@ -1,0 +1,130 @@
+"""A long generated history through `gpuwatch worker`: produced paced or as a backlog.
+
+Helpers of `test_worker_backlog.py` and the replay tests: the history (`histories.py`),
+its messages, producing them all at once or paced while a worker runs, waiting until every
+pod's attribution adds up to its samples, and the derived records by identity.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from histories import History, long_history
+from kafka import KafkaProducer
+from topic_io import consume_all
+from worker_fixtures import Worker, wait_for
+
+from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE
+from schemas.settings import Settings
+
+S = 1000
+DONE_S = 240.0  # a 12-hour backlog takes 20-40 s on this machine; room for a busy hour
+HOUR_MS = 3_600_000
+PARTITIONS = 12
+IDENTITY: dict[str, tuple[Any, Callable[[dict[str, Any]], tuple[Any, ...]]]] = {
+    "pod.lifecycle": (POD_LIFECYCLE, lambda c: (c["uid"], c["ts"], c["to_state"])),
+    "alerts": (ALERTS, lambda a: (a["fingerprint"], a["status"], a["ts"])),
+    "attribution": (ATTRIBUTION, lambda a: (a["uid"], a["window_start"])),
+    "gpu.windows": (GPU_WINDOWS, lambda w: (w["uuid"], w["window_start"])),
+}
+
+
+def twelve_hours(seed: int) -> History:
+    """12 hours of 10 nodes of 4 GPUs sampled every 57 s, a window start 13 hours ago."""
+    t0 = (int(time.time() * 1000) - 13 * HOUR_MS) // 60_000 * 60_000
+    return long_history(t0, hours=12, nodes=10, gpus=4, interval_ms=57_000, seed=seed)
+
+
+def messages(settings: Settings, history: History) -> list[tuple[str, bytes, bytes]]:
+    """The history's input messages, (topic, key, value), in event-time order."""
+    prefix = settings.kafka.topic_prefix
+    names = {
+        K8S_PODS.name: K8S_PODS.full_name(prefix),
+        NVML_SAMPLES.name: NVML_SAMPLES.full_name(prefix),
+    }
+    return [(names[m.spec.name], m.key, m.value) for m in history.inputs()]
+
+
+def produce(
+    settings: Settings,
+    batch: list[tuple[str, bytes, bytes]],
+    pause_s: float = 0.0,
+    chunk: int = 100,
+) -> None:
+    """Send the messages in order (by key), `chunk` at a time with `pause_s` between."""
+    producer = KafkaProducer(acks="all", linger_ms=5, **settings.kafka.client_options())
+    try:
+        for start in range(0, len(batch), chunk):
+            for topic, key, value in batch[start : start + chunk]:
+                producer.send(topic, key=key, value=value)
+            if pause_s:
+                producer.flush(timeout=30)
+                time.sleep(pause_s)
+        producer.flush(timeout=60)
+    finally:
+        producer.close()
+
+
+def produce_paced(
+    settings: Settings, batch: list[tuple[str, bytes, bytes]], seconds: float
+) -> threading.Thread:
+    """Produce in event-time order over about `seconds`, in a thread (joined by the caller)."""
+    chunks = max(1, len(batch) // 100)
+    thread = threading.Thread(
+        target=produce, args=(settings, batch, seconds / chunks), name="paced-producer"
+    )
+    thread.start()
+    return thread
+
+
+def records(settings: Settings) -> dict[str, dict[tuple[Any, ...], list[str]]]:
+    """Every derived record, as canonical JSON, grouped by topic and identity."""
+    out: dict[str, dict[tuple[Any, ...], list[str]]] = {}
+    for name, (spec, key) in IDENTITY.items():
+        grouped: dict[tuple[Any, ...], list[str]] = {}
+        for record in consume_all(settings, spec.full_name(settings.kafka.topic_prefix)):
+            value = json.loads(record.value)
+            grouped.setdefault(key(value), []).append(json.dumps(value, sort_keys=True))
+        out[name] = grouped
+    return out
+
+
+def totals(settings: Settings) -> dict[str, tuple[float, float]]:
+    """Per pod uid, (allocated, idle) GPU-seconds summed over its attribution records."""
+    seen: dict[tuple[str, int], tuple[float, float]] = {}
+    for record in consume_all(settings, ATTRIBUTION.full_name(settings.kafka.topic_prefix)):
+        a = json.loads(record.value)
+        seen[(a["uid"], a["window_start"])] = (a["allocated_gpu_seconds"], a["idle_gpu_seconds"])
+    out: dict[str, tuple[float, float]] = {}
+    for (uid, _), (allocated, idle) in seen.items():
+        before = out.get(uid, (0.0, 0.0))
+        out[uid] = (before[0] + allocated, before[1] + idle)
+    return out
+
+
+def mismatches(
+    got: dict[str, tuple[float, float]], want: dict[str, tuple[float, float]]
+) -> list[str]:
+    """Pods whose allocated or idle seconds differ from the samples' by more than 1e-6."""
+    out = []
+    for uid, (allocated, idle) in sorted(want.items()):
+        have = got.get(uid, (0.0, 0.0))
+        if abs(have[0] - allocated) > 1e-6 or abs(have[1] - idle) > 1e-6:
+            out.append(f"{uid}: {have} != {(allocated, idle)}")
+    return out
+
+
+def complete(settings: Settings, history: History, worker: Worker) -> dict[str, Any]:
+    """Wait until every pod's attribution adds up to its samples; the records then."""
+    want = history.expected()
+    wait_for(
+        "every pod's attribution to add up to its samples",
+        lambda: not mismatches(totals(settings), want),
+        worker,
+        timeout_s=DONE_S,
+    )
+    return records(settings)

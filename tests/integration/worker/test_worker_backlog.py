@@ -1,0 +1,123 @@
+"""A worker behind its input gives the numbers of one that is not (SEMANTICS.md, Time).
+
+Twelve hours of ten nodes (4 GPUs each, sampled every 57 s) and some 250 pods that come and
+go, whose GPUs vanish from the samples for a while, on 12 partitions: produced paced while
+a worker runs, produced whole before a worker starts, and produced whole with the worker
+killed (`kill -9`) halfway and started again. Every derived record is the same in the
+three; nothing is late; every pod's allocated and idle GPU-seconds equal its samples'.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from backlog_runs import (
+    DONE_S,
+    PARTITIONS,
+    complete,
+    messages,
+    produce,
+    produce_paced,
+    records,
+    twelve_hours,
+)
+from histories import History
+from worker_fixtures import (
+    NewScope,
+    StartWorker,
+    topic_scopes,
+    wait_for,
+    worker_starter,
+)
+
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def history() -> History:
+    return twelve_hours(seed=15)
+
+
+@pytest.fixture
+def scope12(stack: Settings) -> Iterator[NewScope]:
+    """Scopes of 12 partitions (the default), topics created, deleted after."""
+    with topic_scopes(stack, partitions=PARTITIONS) as scope:
+        yield scope
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """The same identities, each with one content equal to the other run's."""
+    for topic, expected in want.items():
+        assert sorted(got[topic]) == sorted(expected), topic
+        for identity, copies in got[topic].items():
+            assert set(copies) == set(expected[identity]), (topic, identity)
+            assert len(set(copies)) == 1, (topic, identity)
+
+
+@pytest.fixture(scope="module")
+def paced_run(stack: Settings, history: History, tmp_path_factory: Any) -> dict[str, Any]:
+    """The history produced over about 25 s while one worker keeps up with it."""
+    with (
+        topic_scopes(stack, partitions=PARTITIONS) as scope,
+        worker_starter(tmp_path_factory.mktemp("paced")) as start,
+    ):
+        live = scope()
+        worker = start(live)
+        producer = produce_paced(live, messages(live, history), seconds=25.0)
+        producer.join()
+        result = complete(live, history, worker)
+        worker.stop()
+        result["@counters"] = worker.counters()
+        return result
+
+
+def test_the_history_is_what_the_test_needs(history: History) -> None:
+    assert len(history.nodes) == 10
+    assert history.duration_ms >= 12 * 3_600_000
+    assert 100 <= len(history.pods) <= 400
+    assert any(p.vanished for p in history.pods)
+    assert any(p.idle for p in history.pods)
+
+
+def test_paced_every_pod_adds_up_and_nothing_is_late(paced_run: dict[str, Any]) -> None:
+    assert paced_run["@counters"]["late"] == 0
+    assert paced_run["@counters"]["deadletter"] == 0
+    assert len(paced_run["attribution"]) > 5_000
+
+
+def test_a_backlog_gives_the_paced_records(
+    scope12: NewScope, start_worker: StartWorker, history: History, paced_run: dict[str, Any]
+) -> None:
+    backlog = scope12()
+    produce(backlog, messages(backlog, history))
+    worker = start_worker(backlog)
+    result = complete(backlog, history, worker)
+    worker.stop()
+    assert worker.counters()["late"] == 0
+    assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
+
+
+def test_a_backlog_with_a_kill_halfway_gives_the_paced_records(
+    scope12: NewScope, start_worker: StartWorker, history: History, paced_run: dict[str, Any]
+) -> None:
+    backlog = scope12()
+    produce(backlog, messages(backlog, history))
+    first = start_worker(backlog, instance="w1")
+    half = len(paced_run["attribution"]) // 2
+    wait_for(
+        "half of the attribution",
+        lambda: len(records(backlog)["attribution"]) >= half,
+        first,
+        timeout_s=DONE_S,
+    )
+    first.stop(signal.SIGKILL)
+    second = start_worker(backlog, instance="w2")
+    result = complete(backlog, history, second)
+    second.stop()
+    assert second.counters()["late"] == 0
+    assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
