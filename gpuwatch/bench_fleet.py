@@ -112,7 +112,7 @@ class Fleet:
 
 
 def build_fleet(
-    nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int, interval_s: float = 1.0
+    nodes: int, gpus: int, seconds: int, t0_ms: int, watch: int, *, interval_s: float = 1.0
 ) -> Fleet:
     """`nodes` simulated nodes sampled every `interval_s` for `seconds` from `t0_ms`, and
     their pods' events.

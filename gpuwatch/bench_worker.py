@@ -333,7 +333,7 @@ def bench_worker(settings: Settings, config: WorkerBenchConfig, say: Say) -> Wor
     say(f"simulating {config.nodes} nodes x {config.gpus} GPUs for {config.seconds} s")
     t0 = int(time.time() * 1000) - (config.seconds + 5) * 1000
     fleet = build_fleet(
-        config.nodes, config.gpus, config.seconds, t0, config.watch, config.interval_s
+        config.nodes, config.gpus, config.seconds, t0, config.watch, interval_s=config.interval_s
     )
     scoped = _scope(settings)
     redis_url = _redis_url(settings, config.redis_db)

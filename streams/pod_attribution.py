@@ -173,7 +173,7 @@ def finish_closes_at(state: PodState, windows: WindowSettings) -> int:
     if (state.attributed_until or 0) >= state.since:
         return state.since
     window_ms = windows.window_s * 1000
-    return window_start(state.since, window_ms) + window_ms
+    return window_start(state.since - 1, window_ms) + window_ms
 
 
 def close_windows(
@@ -196,7 +196,9 @@ def close_windows(
     if finished:
         if now_ms < finish_closes_at(state, windows):
             return state, []
-        ends = [window_start(state.since, window_ms) + window_ms]
+        # The window of the pod's last running instant: a finish on a window boundary
+        # leaves the next window to the usage after the finish.
+        ends = [window_start(state.since - 1, window_ms) + window_ms]
         closed_until = max(
             [state.closed_until, *ends, *(w.start + window_ms for w in state.windows)]
         )

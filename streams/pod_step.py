@@ -108,7 +108,8 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
     if state.state == "finished":
         # Its windows close together (with usage or not: later usage is late); then the
         # state is kept an hour.
-        finish_window_end = state.since - state.since % window_ms + window_ms
+        last = state.since - 1  # the pod's last running instant
+        finish_window_end = last - last % window_ms + window_ms
         closing = state.windows or state.closed_until < finish_window_end
         close_at = pod_attribution.finish_closes_at(state, windows)
         due.append(close_at if closing else state.since + FINISHED_KEEP_MS)
@@ -136,8 +137,8 @@ def release(
 ) -> tuple[PodState, PodOutputs]:
     """Apply the held inputs up to the watermark `until`, in order, then step to `until`.
 
-    Before each input at time `k` the pod is stepped to `k - 1` where that changes
-    anything: what falls due before an input (a window closing, the queued alert) happens
+    Before each input at time `k` the pod is stepped to `k - 1`: what falls due before an
+    input (a window closing, the queued alert) happens
     before it, as it would had the watermark passed between the two, so the records do
     not depend on how far each tick moved the watermark.
     """
@@ -156,12 +157,10 @@ def release(
     ready = [item for item in state.held if item.key <= until]
     state = msgspec.structs.replace(state, held=state.held[len(ready) :])
     for item in ready:
-        due = next_due(state, rules, windows)
-        # Usage also needs the windows closed before it marked closed (a pod with none
-        # open has nothing due, yet a part of the usage for such a window is late).
-        if item.usage is not None or (due is not None and due <= item.key - 1):
-            state, out = step_watermark(state, item.key - 1, rules, windows)
-            keep(out)
+        # Even with nothing due, a step moves what the watermark has closed (a pod with no
+        # window open has its closed windows marked): usage for them after it is late.
+        state, out = step_watermark(state, item.key - 1, rules, windows)
+        keep(out)
         if item.event is not None:
             state, out = step_pod_event(state, item.event, rules, windows)
         else:

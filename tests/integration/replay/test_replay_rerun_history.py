@@ -54,7 +54,7 @@ def test_a_six_hour_rerun_gives_the_live_windows_and_closes_its_end(
     history = twelve_hours(seed=16)
     with (
         topic_scopes(stack, partitions=PARTITIONS) as scope,
-        worker_starter(tmp_path / "live") as start,
+        worker_starter(tmp_path) as start,
     ):
         live = scope()
         produce(live, messages(live, history))

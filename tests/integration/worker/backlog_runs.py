@@ -70,13 +70,37 @@ def produce(
 
 
 def produce_paced(
-    settings: Settings, batch: list[tuple[str, bytes, bytes]], seconds: float
+    settings: Settings, history: History, seconds: float, step_ms: int = 5_000
 ) -> threading.Thread:
-    """Produce in event-time order over about `seconds`, in a thread (joined by the caller)."""
-    chunks = max(1, len(batch) // 100)
-    thread = threading.Thread(
-        target=produce, args=(settings, batch, seconds / chunks), name="paced-producer"
-    )
+    """Produce the history as it happens, over about `seconds`, in a thread (joined by the
+    caller): `step_ms` of event time at a time, each acknowledged before the next is sent,
+    as the agents and the watcher publish live (within a step the topics interleave as the
+    client sends them, a few milliseconds, here shorter than the allowed lateness)."""
+    batch = messages(settings, history)
+    times = [m.ts for m in history.inputs()]
+
+    def run() -> None:
+        producer = KafkaProducer(acks="all", linger_ms=0, **settings.kafka.client_options())
+        try:
+            steps = max(1, history.duration_ms // step_ms)
+            pause = seconds / steps
+            i = 0
+            for step in range(steps + 1):
+                until = history.t0 + (step + 1) * step_ms
+                sent = False
+                while i < len(batch) and times[i] < until:
+                    topic, key, value = batch[i]
+                    producer.send(topic, key=key, value=value)
+                    i += 1
+                    sent = True
+                if sent:
+                    producer.flush(timeout=30)
+                time.sleep(pause)
+            producer.flush(timeout=60)
+        finally:
+            producer.close()
+
+    thread = threading.Thread(target=run, name="paced-producer")
     thread.start()
     return thread
 

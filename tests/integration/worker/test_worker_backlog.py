@@ -9,7 +9,9 @@ three; nothing is late; every pod's allocated and idle GPU-seconds equal its sam
 
 from __future__ import annotations
 
+import json
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,18 +63,29 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def paced_run(stack: Settings, history: History, tmp_path_factory: Any) -> dict[str, Any]:
-    """The history produced over about 25 s while one worker keeps up with it."""
+    """The history produced as it happens, over about 30 s, while one worker keeps up."""
     with (
         topic_scopes(stack, partitions=PARTITIONS) as scope,
         worker_starter(tmp_path_factory.mktemp("paced")) as start,
     ):
         live = scope()
         worker = start(live)
-        producer = produce_paced(live, messages(live, history), seconds=25.0)
+        producer = produce_paced(live, history, seconds=30.0)
         producer.join()
+        started = time.monotonic()
         result = complete(live, history, worker)
         worker.stop()
         result["@counters"] = worker.counters()
+        figures = {
+            "pods": len(history.pods),
+            "attribution": len(result["attribution"]),
+            "gpu_windows": len(result["gpu.windows"]),
+            "lifecycle": len(result["pod.lifecycle"]),
+            "alerts": len(result["alerts"]),
+            "complete_after_production_s": round(time.monotonic() - started, 1),
+            **worker.counters(),
+        }
+        print("FIGURES paced", json.dumps(figures))
         return result
 
 
@@ -96,9 +109,14 @@ def test_a_backlog_gives_the_paced_records(
     backlog = scope12()
     produce(backlog, messages(backlog, history))
     worker = start_worker(backlog)
+    started = time.monotonic()
     result = complete(backlog, history, worker)
+    took = time.monotonic() - started
     worker.stop()
     assert worker.counters()["late"] == 0
+    samples = sum(1 for m in history.inputs() if m.spec.name == "nvml.samples")
+    figures = {"backlog_s": round(took, 1), "node_samples": samples, **worker.counters()}
+    print("FIGURES backlog", json.dumps(figures))
     assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
 
 

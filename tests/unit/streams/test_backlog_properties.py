@@ -62,6 +62,9 @@ def histories(draw: Any, intervals: tuple[int, ...] = INTERVALS_MS) -> History:
         created = draw(st.integers(0, duration // 100)) * 100
         start = created + draw(st.integers(0, 300)) * 100
         end = start + draw(st.integers(1, duration // 100 + 50)) * 100
+        window_ms = WINDOWS.window_s * S
+        if draw(st.booleans()) and end - end % window_ms > start:
+            end -= end % window_ms  # a finish on a window boundary
         idle: tuple[tuple[int, int], ...] = ()
         vanished: tuple[tuple[int, int], ...] = ()
         if draw(st.booleans()):
