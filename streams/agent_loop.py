@@ -21,9 +21,10 @@ A crash loses at most the work after the last state write: the inputs come again
 the positions stored with it, replays that the state already holds are skipped, and the
 rest gives records equal to the ones already sent (at-least-once, same identities).
 
-With the state, each partition stores the next offset of each input it has processed
-(`POSITIONS`), so that after a restart or a rebalance the loop knows where its state ends
-even where Faust committed past records it never delivered (`streams.rewinds`).
+With the state, each partition stores the next offset of each input it has processed, or
+of the oldest one its processor still holds in memory (`POSITIONS`), so that after a
+restart or a rebalance the loop knows where its state ends even where Faust committed
+past records it never delivered (`streams.rewinds`).
 """
 
 from __future__ import annotations
@@ -203,9 +204,16 @@ class AgentLoop:
             for key, value in processor.take_writes():
                 self._table.write(partition, key, value)
         for partition in sorted(self._unwritten):
-            if partition in self.partitions:
-                positions = json.dumps(self.progress.positions(partition)).encode()
-                self._table.write(partition, POSITIONS, positions)
+            owner = self.partitions.get(partition)
+            if owner is not None:
+                positions = self.progress.positions(partition)
+                # Inputs a processor holds in memory (the pod side's, ahead of its
+                # watermark) are read again after a restart: the position stays at them.
+                resume = getattr(owner, "resume_offsets", None)
+                for topic, offset in (resume() if resume is not None else {}).items():
+                    if topic in positions:
+                        positions[topic] = min(positions[topic], offset)
+                self._table.write(partition, POSITIONS, json.dumps(positions).encode())
         self._unwritten.clear()
 
     def forget(self, partitions: Iterable[int]) -> None:

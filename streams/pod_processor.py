@@ -6,18 +6,25 @@ holds every input of its pods: the join is a dict of `PodState` by uid, stored i
 
 The pod side's watermark is the lowest usage frontier of the node partitions that are
 not idle (`streams.ticks.SourceWatermarks`, SEMANTICS.md, Time); a pod event's time never
-moves it. An input ahead of it is held in the pod's state (`pod_step.hold`); each tick
-releases, pod by pod, the held inputs it reached in event-time order (`pod_step.release`),
+moves it. An input ahead of it is held, in memory, in release order; each tick releases,
+pod by pod, the held inputs it reached in event-time order (`pod_step.release`),
 so the records are the same however pod events and usage were interleaved on the way in:
 live, a day behind, or read again after a crash. An input at or behind the watermark is
 applied at once (a pod event late by its own time is counted late). A tick steps only the
 pods something is due of (`next_due`: a held input, a window to close, a queued alert, a
 finished pod to forget), and a pod's late input first steps it to the watermark it missed,
 so the outputs are those of stepping every pod on every tick at a fraction of the work.
+
+Held inputs are not stored with the state: a pod holding an hour of usage in a backlog
+(its node partition far ahead of the slowest) would rewrite it all every few seconds.
+Instead the partition's stored positions stay at the oldest input still held
+(`resume_offsets`), so a restart reads the held inputs again (and skips, as replays, what
+was released since).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -30,11 +37,10 @@ from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams import pod_state
 from streams.deadletters import Counters, Outputs, Source
-from streams.pod_state import Held, PodState
+from streams.pod_state import Held, PodState, new_state
 from streams.pod_step import (
     FINISHED_KEEP_MS,
     PodOutputs,
-    hold,
     next_due,
     release,
     step_pod_event,
@@ -89,6 +95,11 @@ class PodPartition:
         """Stream time at which each pod next needs a watermark step (`next_due`)."""
         self._stepped: dict[PodUid, int] = {}
         """The watermark each pod was last stepped to."""
+        self._held: dict[PodUid, list[Held]] = {}
+        """Each pod's inputs ahead of the watermark, in release order."""
+        self._held_at: dict[str, dict[int, PodUid]] = {}
+        """Offsets of the held inputs, by topic (a redelivery of one is a duplicate)."""
+        self._held_offsets: dict[tuple[PodUid, int], tuple[str, int]] = {}
         for _key, raw in stored:
             self._keep(pod_state.decode(raw))
         self.sources = SourceWatermarks(config.partitions, config.frontier)
@@ -123,16 +134,21 @@ class PodPartition:
         c = self.config
         for uid in sorted(uid for uid, at in self._due.items() if at <= wm):
             state = self.pods[uid]
-            if state.held and state.held[0].key <= wm:
-                after, outputs = release(state, wm, c.rules, c.windows)
+            held = self._held.get(uid)
+            if held and held[0].key <= wm:
+                cut = bisect.bisect_right(held, (wm, 1), key=Held.order)
+                ready, rest = held[:cut], held[cut:]
+                self._unhold(uid, ready, rest)
+                after, outputs = release(state, ready, wm, c.rules, c.windows)
                 self.counters.late += outputs.late_usage
                 self._publish(outputs, out)
                 self._stepped[uid] = wm
                 self._keep(after)
-                self._dirty.add(uid)
+                if after != state:
+                    self._dirty.add(uid)
             else:
                 after = self._catch_up(state, out)
-            finished = after.state == "finished" and not after.windows and not after.held
+            finished = after.state == "finished" and not after.windows and uid not in self._held
             if finished and wm >= after.since + FINISHED_KEEP_MS:
                 del self.pods[uid]
                 self._due.pop(uid, None)
@@ -159,6 +175,9 @@ class PodPartition:
         """Hold a pod's state and when it is next due."""
         self.pods[state.uid] = state
         due = next_due(state, self.config.rules, self.config.windows)
+        held = self._held.get(state.uid)
+        if held:
+            due = held[0].key if due is None else min(due, held[0].key)
         if due is None:
             self._due.pop(state.uid, None)
         else:
@@ -187,7 +206,7 @@ class PodPartition:
         if errors:
             out.dead(source, raw, "; ".join(errors))
             return None
-        self._input(Held(key=event.ts, event=event), out)
+        self._input(source, Held(key=event.ts, event=event), out)
         self._observe(event.ts)
         return event.ts
 
@@ -198,26 +217,43 @@ class PodPartition:
             out.rejected(source, raw, exc)
             return None
         c = self.config
-        self._input(Held(key=usage.end_ts, usage=usage), out)
+        self._input(source, Held(key=usage.end_ts, usage=usage), out)
         self._observe(usage.end_ts)
         if c.live is not None:
             c.live(usage)  # live share and VRAM need not wait for the watermark
         return usage.end_ts
 
-    def _input(self, item: Held, out: Outputs) -> None:
+    def resume_offsets(self) -> dict[str, int]:
+        """The oldest offset still held of each input: where a restart must read from."""
+        return {topic: min(offsets) for topic, offsets in self._held_at.items() if offsets}
+
+    def _unhold(self, uid: PodUid, ready: list[Held], rest: list[Held]) -> None:
+        for item in ready:
+            topic, offset = self._held_offsets.pop((uid, id(item)))
+            self._held_at[topic].pop(offset, None)
+        if rest:
+            self._held[uid] = rest
+        else:
+            del self._held[uid]
+
+    def _input(self, source: Source, item: Held, out: Outputs) -> None:
         """Hold an input ahead of the watermark; apply one at or behind it at once."""
         c = self.config
         uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
         if self.applied is None or item.key > self.applied:
-            before = self.pods.get(uid)
-            after = hold(before, item)
-            if after == before:
-                self.counters.duplicates += 1
+            offsets = self._held_at.setdefault(source.topic, {})
+            if source.offset in offsets:
+                self.counters.duplicates += 1  # a redelivery of an input still held
                 return
-            if before is None and self.applied is not None:
-                self._stepped[uid] = self.applied  # new: nothing of older ticks to catch up
-            self._keep(after)
-            self._dirty.add(uid)
+            offsets[source.offset] = uid
+            self._held_offsets[(uid, id(item))] = (source.topic, source.offset)
+            bisect.insort(self._held.setdefault(uid, []), item, key=Held.order)
+            state = self.pods.get(uid)
+            if state is None:
+                state = new_state(uid)
+                if self.applied is not None:
+                    self._stepped[uid] = self.applied  # new: nothing of older ticks to catch up
+            self._keep(state)
             self._gone.discard(uid)
             return
         before = self._current(uid, out)

@@ -53,7 +53,9 @@ class Held(_State, frozen=True, kw_only=True):
     """An input of the pod that waits for the watermark to reach its event time.
 
     `key` is a pod event's `ts` or a usage's `end_ts`: once the watermark reaches it,
-    nothing of the pod's inputs before it can still come (SEMANTICS.md, Time).
+    nothing of the pod's inputs before it can still come (SEMANTICS.md, Time). Held
+    inputs live in memory only: the partition's stored positions stay at the oldest one
+    held, so after a crash they are read again.
     """
 
     key: int
@@ -123,9 +125,6 @@ class PodState(_State, frozen=True, kw_only=True):
     queued_alert_firing: bool = False
     stalled_alert_since: int | None = None
     """`since` of the firing PodStalled alert; None when it is not firing."""
-    # Inputs waiting for the watermark.
-    held: tuple[Held, ...] = ()
-    """Pod events and usage ahead of the watermark, in release order."""
 
     def to_dict(self) -> dict[str, Any]:
         """The state as JSON-ready builtins (a Faust Table value)."""

@@ -1,18 +1,18 @@
 """One step of the pod processor: lifecycle, attribution windows and alerts for one input.
 
-The worker keeps one `PodState` per pod uid. An input ahead of the pod side's watermark is
-held (`hold`); `release` applies the held inputs the watermark has reached in event-time
-order, whatever order they came in, closing windows and firing queued alerts in between
-exactly when their time comes, then steps the pod to the watermark. `step_pod_event`,
-`step_usage` and `step_watermark` are the single steps. Each returns the next state and
-everything to publish; nothing here reads a clock or touches Kafka.
+The worker keeps one `PodState` per pod uid. An input ahead of the pod side's watermark
+is held (by the processor, in release order: `Held.order`); `release` applies the held
+inputs the watermark has reached in event-time order, whatever order they came in,
+closing windows and firing queued alerts in between exactly when their time comes, then
+steps the pod to the watermark. `step_pod_event`, `step_usage` and `step_watermark` are
+the single steps. Each returns the next state and everything to publish; nothing here
+reads a clock or touches Kafka.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, NamedTuple
-
-import msgspec
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
@@ -22,7 +22,7 @@ from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from streams import lifecycle, pod_alerts, pod_attribution
 from streams.pod_attribution import UNKNOWN_POD_GRACE_MS
-from streams.pod_state import Held, PodState, new_state
+from streams.pod_state import Held, PodState
 
 # A finished pod's state is kept this long (event time) after it finished, so a late pod
 # event or usage still finds it finished instead of starting a new, unnamed pod.
@@ -31,7 +31,6 @@ FINISHED_KEEP_MS: Final = 3_600_000
 __all__ = [
     "FINISHED_KEEP_MS",
     "PodOutputs",
-    "hold",
     "next_due",
     "release",
     "step_pod_event",
@@ -103,8 +102,6 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
     """
     window_ms = windows.window_s * 1000
     due: list[int] = []
-    if state.held:
-        due.append(state.held[0].key)
     if state.state == "finished":
         # Its windows close together (with usage or not: later usage is late); then the
         # state is kept an hour.
@@ -121,21 +118,14 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
     return min(due) if due else None
 
 
-def hold(state: PodState | None, item: Held) -> PodState:
-    """Keep an input until the watermark reaches it (None: a pod not seen yet)."""
-    if state is None:
-        uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
-        state = new_state(uid)
-    if item in state.held:
-        return state  # a redelivery of an input still held
-    held = sorted((*state.held, item), key=Held.order)  # stable: arrival order at one time
-    return msgspec.structs.replace(state, held=tuple(held))
-
-
 def release(
-    state: PodState, until: int, rules: RuleSettings, windows: WindowSettings
+    state: PodState,
+    ready: Sequence[Held],
+    until: int,
+    rules: RuleSettings,
+    windows: WindowSettings,
 ) -> tuple[PodState, PodOutputs]:
-    """Apply the held inputs up to the watermark `until`, in order, then step to `until`.
+    """Apply held inputs the watermark `until` reached (in `Held.order`), then step to it.
 
     Before each input at time `k` the pod is stepped to `k - 1`: what falls due before an
     input (a window closing, the queued alert) happens
@@ -154,8 +144,6 @@ def release(
         alerts.extend(out.alerts)
         late += out.late_usage
 
-    ready = [item for item in state.held if item.key <= until]
-    state = msgspec.structs.replace(state, held=state.held[len(ready) :])
     for item in ready:
         # Even with nothing due, a step moves what the watermark has closed (a pod with no
         # window open has its closed windows marked): usage for them after it is late.

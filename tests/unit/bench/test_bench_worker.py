@@ -281,3 +281,15 @@ def test_the_fleet_is_what_agents_send_and_its_paced_samples_go_on_a_second_a_ro
     assert (paced.ts, paced.seq) == (last.ts + 2000, last.seq + 2)
     assert end == paced.ts + paced.interval_ms == fleet.paced_end(1, 2)
     assert watched == last.gpus[0].uuid
+
+
+def test_a_fleet_of_recorded_history_samples_at_its_interval() -> None:
+    fleet = build_fleet(
+        nodes=2, gpus=1, seconds=570, t0_ms=1_764_400_000_000, watch=1, interval_s=57.0
+    )
+    assert fleet.messages == 2 * 10  # 570 s of 57 s samples, each node
+    node0 = [NVML_SAMPLES.decode(v) for k, v in fleet.backlog if k == b"bench-node-00000"]
+    assert [s.ts - node0[0].ts for s in node0[:3]] == [0, 57_000, 114_000]
+    assert {s.interval_ms for s in node0} == {57_000}
+    with pytest.raises(ValueError, match="--interval"):
+        worker_config(quick=True, interval_s=0.01)

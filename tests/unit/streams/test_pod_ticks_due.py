@@ -24,9 +24,8 @@ from schemas.k8s_pod import K8sPod
 from schemas.pod_usage import PodUsage
 from streams.deadletters import Counters, Outputs, Source
 from streams.pod_processor import FINISHED_KEEP_MS, PodConfig, PodPartition
-from streams.pod_state import Held, PodState
+from streams.pod_state import Held, PodState, new_state
 from streams.pod_step import (
-    hold,
     next_due,
     release,
     step_pod_event,
@@ -47,6 +46,7 @@ class EveryPod:
 
     def __init__(self) -> None:
         self.pods: dict[PodUid, PodState] = {}
+        self.held: dict[PodUid, list[Held]] = {}
         self.applied: int | None = None
         self.records: list[tuple[str, Any]] = []
 
@@ -56,9 +56,12 @@ class EveryPod:
                 return
             self.applied = item.now_ms
             for uid in sorted(self.pods):
-                after, out = release(self.pods[uid], item.now_ms, RULES, WINDOWS)
+                held = self.held.get(uid, [])
+                ready = [h for h in held if h.key <= item.now_ms]
+                self.held[uid] = held[len(ready) :]
+                after, out = release(self.pods[uid], ready, item.now_ms, RULES, WINDOWS)
                 self._publish(out)
-                finished = after.state == "finished" and not after.windows and not after.held
+                finished = after.state == "finished" and not after.windows and not self.held[uid]
                 if finished and item.now_ms >= after.since + FINISHED_KEEP_MS:
                     del self.pods[uid]
                 else:
@@ -72,7 +75,10 @@ class EveryPod:
                 if isinstance(item, PodUsage)
                 else Held(key=key, event=item)
             )
-            self.pods[item.uid] = hold(before, held)
+            queue = self.held.setdefault(item.uid, [])
+            queue.append(held)
+            queue.sort(key=Held.order)  # stable: arrival order at one time
+            self.pods.setdefault(item.uid, before or new_state(item.uid))
             return
         if isinstance(item, PodUsage):
             after, out = step_usage(before, item, RULES, WINDOWS)
