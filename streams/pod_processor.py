@@ -217,7 +217,9 @@ class PodPartition:
             out.rejected(source, raw, exc)
             return None
         c = self.config
-        self._input(source, Held(key=usage.end_ts, usage=usage), out)
+        # Released once the watermark is past its start: no usage starting before the
+        # usage frontier can come later (SEMANTICS.md, Time).
+        self._input(source, Held(key=usage.ts + 1, usage=usage), out)
         self._observe(usage.end_ts)
         if c.live is not None:
             c.live(usage)  # live share and VRAM need not wait for the watermark

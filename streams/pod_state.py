@@ -52,8 +52,9 @@ class OpenWindow(_State, frozen=True, kw_only=True):
 class Held(_State, frozen=True, kw_only=True):
     """An input of the pod that waits for the watermark to reach its event time.
 
-    `key` is a pod event's `ts` or a usage's `end_ts`: once the watermark reaches it,
-    nothing of the pod's inputs before it can still come (SEMANTICS.md, Time). Held
+    `key` is a pod event's `ts`, or a usage's `ts + 1`: once the watermark reaches it, no
+    pod event before it and no usage starting before it can still come (SEMANTICS.md,
+    Time). Held
     inputs live in memory only: the partition's stored positions stay at the oldest one
     held, so after a crash they are read again.
     """

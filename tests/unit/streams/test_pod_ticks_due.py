@@ -68,7 +68,7 @@ class EveryPod:
                     self.pods[uid] = after
             return
         before = self.pods.get(item.uid)
-        key = item.end_ts if isinstance(item, PodUsage) else item.ts
+        key = item.ts + 1 if isinstance(item, PodUsage) else item.ts
         if self.applied is None or key > self.applied:
             held = (
                 Held(key=key, usage=item)
