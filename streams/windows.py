@@ -12,11 +12,8 @@ second record would replace the first with a fragment.
 from collections.abc import Iterable
 from typing import NamedTuple
 
-import msgspec
-
 __all__ = [
     "Part",
-    "Watermark",
     "closable",
     "closes_at",
     "is_late",
@@ -80,20 +77,3 @@ def is_late(start: int, closed_through: int | None, window_ms: int, lateness_ms:
     return closed_through is not None and closes_at(start, window_ms, lateness_ms) <= (
         closed_through
     )
-
-
-class Watermark(msgspec.Struct, gc=False):
-    """A partition's stream time: the largest event time seen; never goes backwards.
-
-    Event time is data, so replaying a day-old trace advances it exactly as live data does;
-    an old message does not move it back.
-    """
-
-    stream_time: int | None = None
-
-    def observe(self, ts_ms: int) -> int:
-        """Take an event time in; return the stream time after it."""
-        current = self.stream_time
-        if current is None or ts_ms > current:
-            self.stream_time = current = ts_ms
-        return current

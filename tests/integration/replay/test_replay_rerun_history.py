@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backlog_runs import PARTITIONS, complete, messages, produce, twelve_hours
+from backlog_runs import PARTITIONS, complete, messages, twelve_hours
 from conftest import RunCli, Sandbox
 from topic_io import consume_all
-from worker_fixtures import topic_scopes, worker_starter
+from worker_fixtures import produce, topic_scopes, worker_starter
 
 from schemas import ATTRIBUTION
 from schemas.settings import Settings

@@ -16,7 +16,7 @@ from typing import Any
 from histories import History, long_history
 from kafka import KafkaProducer
 from topic_io import consume_all
-from worker_fixtures import Worker, wait_for
+from worker_fixtures import Message, Worker, wait_for
 
 from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE
 from schemas.settings import Settings
@@ -39,34 +39,14 @@ def twelve_hours(seed: int) -> History:
     return long_history(t0, hours=12, nodes=10, gpus=4, interval_ms=57_000, seed=seed)
 
 
-def messages(settings: Settings, history: History) -> list[tuple[str, bytes, bytes]]:
-    """The history's input messages, (topic, key, value), in event-time order."""
+def messages(settings: Settings, history: History) -> list[Message]:
+    """The history's input messages, (topic, key, value, partition by key), in time order."""
     prefix = settings.kafka.topic_prefix
     names = {
         K8S_PODS.name: K8S_PODS.full_name(prefix),
         NVML_SAMPLES.name: NVML_SAMPLES.full_name(prefix),
     }
-    return [(names[m.spec.name], m.key, m.value) for m in history.inputs()]
-
-
-def produce(
-    settings: Settings,
-    batch: list[tuple[str, bytes, bytes]],
-    pause_s: float = 0.0,
-    chunk: int = 100,
-) -> None:
-    """Send the messages in order (by key), `chunk` at a time with `pause_s` between."""
-    producer = KafkaProducer(acks="all", linger_ms=5, **settings.kafka.client_options())
-    try:
-        for start in range(0, len(batch), chunk):
-            for topic, key, value in batch[start : start + chunk]:
-                producer.send(topic, key=key, value=value)
-            if pause_s:
-                producer.flush(timeout=30)
-                time.sleep(pause_s)
-        producer.flush(timeout=60)
-    finally:
-        producer.close()
+    return [(names[m.spec.name], m.key, m.value, None) for m in history.inputs()]
 
 
 def produce_paced(
@@ -89,7 +69,7 @@ def produce_paced(
                 until = history.t0 + (step + 1) * step_ms
                 sent = False
                 while i < len(batch) and times[i] < until:
-                    topic, key, value = batch[i]
+                    topic, key, value, _ = batch[i]
                     producer.send(topic, key=key, value=value)
                     i += 1
                     sent = True

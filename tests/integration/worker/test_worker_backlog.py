@@ -21,7 +21,6 @@ from backlog_runs import (
     PARTITIONS,
     complete,
     messages,
-    produce,
     produce_paced,
     records,
     twelve_hours,
@@ -30,6 +29,7 @@ from histories import History
 from worker_fixtures import (
     NewScope,
     StartWorker,
+    produce,
     topic_scopes,
     wait_for,
     worker_starter,

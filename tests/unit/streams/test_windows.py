@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.windows import (
     Part,
-    Watermark,
     closable,
     closes_at,
     is_late,
@@ -63,15 +61,6 @@ def test_data_for_a_closed_window_is_late() -> None:
     assert not is_late(0, 69_999, MIN, LATE)
     assert is_late(0, 70_000, MIN, LATE)
     assert not is_late(60_000, 70_000, MIN, LATE)
-
-
-def test_watermark_never_goes_back_and_replays_like_live() -> None:
-    mark = Watermark()
-    assert mark.observe(1_000) == 1_000
-    assert mark.observe(500) == 1_000  # an old message does not move stream time back
-    assert mark.observe(86_400_000) == 86_400_000
-    again = msgspec.json.decode(msgspec.json.encode(mark), type=Watermark)
-    assert again == mark
 
 
 @given(st.integers(0, 2**42), st.integers(1, 10 * MIN), st.integers(1_000, 5 * MIN))
