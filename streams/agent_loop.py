@@ -24,7 +24,10 @@ rest gives records equal to the ones already sent (at-least-once, same identitie
 With the state, each partition stores the next offset of each input it has processed, or
 of the oldest one its processor still holds in memory (`POSITIONS`), so that after a
 restart or a rebalance the loop knows where its state ends even where Faust committed
-past records it never delivered (`streams.rewinds`).
+past records it never delivered (`streams.rewinds`). An input partition with neither
+stored positions nor a commit starts at its log start: before its first event is taken,
+the loop learns that offset (`load_starts`), so a first event past it (the ones before
+dropped by Faust while the partition was being assigned) is a gap like any other.
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ class StateTable(Protocol):
 
 
 Make = Callable[[int, list[tuple[bytes, bytes]]], Processor]
+LoadStarts = Callable[[list[tuple[str, int]]], Awaitable[None]]
+"""Learn the log start offsets of input partitions (afterwards `start_of` knows them)."""
 
 
 class AgentLoop:
@@ -124,6 +129,7 @@ class AgentLoop:
         hand_over: Callable[[], Awaitable[None]] | None = None,
         seek: Seek | None = None,
         start_of: StartOf = lambda topic, partition: None,
+        load_starts: LoadStarts | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         state_every_s: float = 0.0,
     ) -> None:
@@ -138,6 +144,7 @@ class AgentLoop:
         self._flush = flush
         self._hand_over = hand_over
         self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
+        self._load_starts = load_starts
         self._monotonic = monotonic
         self._state_every_s = state_every_s
         self._state_due = 0.0
@@ -157,6 +164,7 @@ class AgentLoop:
     async def process(self, messages: list[Message]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
         out = self.outputs
+        await self._learn_starts(messages)
         for m in messages:
             processor = self._processor(m.partition)
             source = Source(m.topic, m.partition, m.offset, m.key)
@@ -197,6 +205,39 @@ class AgentLoop:
             if self._hand_over is not None:
                 await self._hand_over()  # state writes to the client, before the batch is acked
         await self.rewinds.seek()
+
+    async def _learn_starts(self, messages: list[Message]) -> None:
+        """The log starts of the batch's input partitions that nothing else places.
+
+        A partition just assigned, with no stored positions and no commit, is read from its
+        log start; until the offset probe has run once the loop does not know that start,
+        and would take a first event past it (the earlier ones dropped by Faust while the
+        partition was being assigned) as where the input begins.
+        """
+        if self._load_starts is None:
+            return
+        unknown = sorted(
+            {
+                (m.topic, m.partition)
+                for m in messages
+                if m.topic != self.tick_topic
+                and self.rewinds.expected(m.topic, m.partition) is None
+            }
+        )
+        if not unknown:
+            return
+        try:
+            await self._load_starts(unknown)
+        except Exception as exc:  # the broker away: the events wait, the partitions are read again
+            log.warning(
+                "%s log start offsets unknown partitions=%s error=%r", self.name, unknown, exc
+            )
+        for topic, partition in unknown:
+            if self.rewinds.expected(topic, partition) is None:
+                first = min(
+                    m.offset for m in messages if (m.topic, m.partition) == (topic, partition)
+                )
+                self.rewinds.unplaced(topic, partition, first)
 
     def _write_state(self) -> None:
         """The state changed since the last write, and each partition's input positions."""

@@ -390,6 +390,7 @@ def build(
             hand_over=kafka.batches.hand_over,
             seek=kafka.seek,
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
+            load_starts=probe.load_starts,
             state_every_s=STATE_EVERY_S,
         )
 

@@ -11,6 +11,9 @@ offsets after a missing one as committable). Two signs show such a gap to the ag
 - a tick waiting for offsets beyond the expected one while nothing of that input arrives:
   the partition is sought back to the expected offset.
 
+Where nothing places a partition yet (no stored position, no commit, its log start not
+learnt: the broker did not answer), its events wait and it is read again (`unplaced`).
+
 After `MAX_REWINDS` seeks to the same offset a gap is taken as real and processing goes on.
 """
 
@@ -60,7 +63,9 @@ class Rewinds:
         key = (topic, partition)
         self._last_event[key] = self._now()
         expected = self.expected(topic, partition)
-        if expected is None or offset <= expected:
+        if expected is None:
+            return self._still_unplaced(key)
+        if offset <= expected:
             self._rewinds.pop(key, None)
             return False
         missing, tries, _ = self._rewinds.get(key, (expected, 0, 0.0))
@@ -78,6 +83,24 @@ class Rewinds:
             return False
         else:
             self._rewinds.setdefault(key, (missing, tries, 0.0))
+        return True
+
+    def unplaced(self, topic: str, partition: int, offset: int) -> None:
+        """Nothing says where an input partition starts: its events from `offset` wait.
+
+        The partition is sought back to `offset` and read again, by which time its start is
+        known; after `MAX_REWINDS` tries its events are taken as they come.
+        """
+        self._rewinds.setdefault((topic, partition), (offset, 0, 0.0))
+
+    def _still_unplaced(self, key: tuple[str, int]) -> bool:
+        entry = self._rewinds.get(key)
+        if entry is None:
+            return False
+        if entry[1] >= MAX_REWINDS:
+            log.warning("input start taken as found topic=%s partition=%d", *key)
+            del self._rewinds[key]
+            return False
         return True
 
     def watch(self, partition: int, head: Tick | None) -> None:

@@ -52,23 +52,42 @@ class OffsetProbe:
     def __init__(self, kafka: KafkaSettings) -> None:
         self._options = aiokafka_options(kafka)
         self._consumer: Any = None
+        self._starting = asyncio.Lock()
         self.starts: dict[tuple[str, int], int] = {}
-        """The log start offsets of the last call."""
+        """The log start offsets learnt so far (each call refreshes those it asks for)."""
 
     async def offsets(
         self, tps: list[tuple[str, int]]
     ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         """(ends, starts) by (topic, partition)."""
-        if self._consumer is None:
-            consumer = AIOKafkaConsumer(enable_auto_commit=False, **self._options)
-            await consumer.start()
-            self._consumer = consumer
+        consumer = await self._client()
         wanted = [TopicPartition(topic, partition) for topic, partition in tps]
         # aiokafka waits for ever on a partition that does not exist (a topic deleted).
-        ends = await asyncio.wait_for(self._consumer.end_offsets(wanted), OFFSETS_TIMEOUT_S)
-        starts = await asyncio.wait_for(self._consumer.beginning_offsets(wanted), OFFSETS_TIMEOUT_S)
-        self.starts = {(tp.topic, tp.partition): int(o) for tp, o in starts.items()}
-        return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}, self.starts
+        ends = await asyncio.wait_for(consumer.end_offsets(wanted), OFFSETS_TIMEOUT_S)
+        starts = await self._starts(consumer, wanted)
+        return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}, starts
+
+    async def load_starts(self, tps: list[tuple[str, int]]) -> None:
+        """Learn the log start offsets of `tps` now (`starts` holds them afterwards)."""
+        await self._starts(
+            await self._client(), [TopicPartition(topic, partition) for topic, partition in tps]
+        )
+
+    async def _starts(
+        self, consumer: Any, wanted: list[TopicPartition]
+    ) -> dict[tuple[str, int], int]:
+        starts = await asyncio.wait_for(consumer.beginning_offsets(wanted), OFFSETS_TIMEOUT_S)
+        found = {(tp.topic, tp.partition): int(o) for tp, o in starts.items()}
+        self.starts.update(found)
+        return found
+
+    async def _client(self) -> Any:
+        async with self._starting:  # the tick timer and both agent loops share one client
+            if self._consumer is None:
+                consumer = AIOKafkaConsumer(enable_auto_commit=False, **self._options)
+                await consumer.start()
+                self._consumer = consumer
+        return self._consumer
 
     async def close(self) -> None:
         """Release the connection."""

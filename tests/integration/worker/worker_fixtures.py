@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import CoordinatorNotAvailableError
 from topic_io import consume_all
 
 from gpuwatch.topics import create_topics
@@ -209,10 +210,15 @@ def decoded(settings: Settings, spec: TopicSpec[Any]) -> list[Any]:
 
 
 def group_members(settings: Settings) -> int:
-    """Members of the worker's consumer group now (0 while it is rebalancing)."""
+    """Members of the worker's consumer group now (0 while it is rebalancing).
+
+    A broker just started has no group coordinator for a moment: that is 0 members too.
+    """
     admin = KafkaAdminClient(**settings.kafka.client_options())
     try:
         group = admin.describe_groups([settings.kafka.app_id])[settings.kafka.app_id]
+    except CoordinatorNotAvailableError:
+        return 0
     finally:
         admin.close()
     return len(group["members"]) if group["group_state"] == "Stable" else 0

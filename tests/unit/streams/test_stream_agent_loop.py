@@ -61,6 +61,8 @@ def loop(
     seek: Any = None,
     now: Callable[[], float] = lambda: 0.0,
     state_every_s: float = 0.0,
+    start_of: Callable[[str, int], int | None] = lambda topic, partition: 0,
+    load_starts: Any = None,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     table, made = Table(log), {}
 
@@ -82,7 +84,8 @@ def loop(
         send=lambda record: log.append(f"send {record.topic}"),
         flush=flush,
         seek=seek,
-        start_of=lambda topic, partition: 0,
+        start_of=start_of,
+        load_starts=load_starts,
         monotonic=now,
         state_every_s=state_every_s,
     )
@@ -217,3 +220,62 @@ def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position
     asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))
     assert sought == [4]
     assert made[0].ticks == []
+
+
+def test_a_first_event_past_the_log_start_waits_until_the_start_is_learnt() -> None:
+    # A partition just assigned, never committed, with no stored state: Faust dropped its
+    # offset 0 while assigning it, and the offset probe has not run yet.
+    sought: list[int] = []
+    starts: dict[tuple[str, int], int] = {}
+    asked: list[list[tuple[str, int]]] = []
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        sought.append(offset)
+
+    async def load_starts(tps: list[tuple[str, int]]) -> None:
+        asked.append(tps)
+        starts.update(dict.fromkeys(tps, 0))
+
+    agent, _, made = loop(
+        [], Counters(), seek=seek, start_of=lambda t, p: starts.get((t, p)), load_starts=load_starts
+    )
+    asyncio.run(agent.process([Message(IN, 0, 1, None, b"b")]))
+    assert asked == [[(IN, 0)]]
+    assert sought == [0]  # read again from the log start
+    assert made[0].handled == []
+    asyncio.run(agent.process([Message(IN, 0, 0, None, b"a"), Message(IN, 0, 1, None, b"b")]))
+    assert made[0].handled == [b"a", b"b"]
+    assert asked == [[(IN, 0)]]  # learnt once
+
+
+def test_events_of_a_partition_nothing_places_wait_while_the_broker_does_not_answer() -> None:
+    sought: list[int] = []
+    clock = [0.0]
+    answers = [False, True]
+
+    async def seek(topic: str, partition: int, offset: int) -> None:
+        sought.append(offset)
+
+    starts: dict[tuple[str, int], int] = {}
+
+    async def load_starts(tps: list[tuple[str, int]]) -> None:
+        if not answers.pop(0):
+            raise TimeoutError("no answer")
+        starts.update(dict.fromkeys(tps, 3))
+
+    agent, _, made = loop(
+        [],
+        Counters(),
+        seek=seek,
+        now=lambda: clock[0],
+        start_of=lambda t, p: starts.get((t, p)),
+        load_starts=load_starts,
+    )
+    asyncio.run(agent.process([Message(IN, 0, 4, None, b"e"), Message(IN, 0, 5, None, b"f")]))
+    assert made[0].handled == []
+    assert sought == [4]
+    clock[0] += REWIND_AGAIN_S
+    asyncio.run(agent.process([Message(IN, 0, 4, None, b"e"), Message(IN, 0, 5, None, b"f")]))
+    assert sought == [4, 3]  # the start is known now: 3 was dropped too
+    asyncio.run(agent.process([Message(IN, 0, n, None, bytes([97 + n])) for n in (3, 4, 5)]))
+    assert made[0].handled == [b"d", b"e", b"f"]
