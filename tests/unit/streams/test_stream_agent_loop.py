@@ -58,6 +58,7 @@ class Table:
 def loop(
     log: list[str],
     counters: Counters,
+    *,
     seek: Any = None,
     now: Callable[[], float] = lambda: 0.0,
     state_every_s: float = 0.0,
