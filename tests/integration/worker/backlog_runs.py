@@ -39,6 +39,12 @@ def twelve_hours(seed: int) -> History:
     return long_history(t0, hours=12, nodes=10, gpus=4, interval_ms=57_000, seed=seed)
 
 
+def a_day(seed: int) -> History:
+    """24 hours of 10 nodes of 4 GPUs sampled every 57 s (some 500 pods), from 25 hours ago."""
+    t0 = (int(time.time() * 1000) - 25 * HOUR_MS) // 60_000 * 60_000
+    return long_history(t0, hours=24, nodes=10, gpus=4, interval_ms=57_000, seed=seed)
+
+
 def messages(settings: Settings, history: History) -> list[Message]:
     """The history's input messages, (topic, key, value, partition by key), in time order."""
     prefix = settings.kafka.topic_prefix

@@ -19,6 +19,7 @@ import pytest
 from backlog_runs import (
     DONE_S,
     PARTITIONS,
+    a_day,
     complete,
     messages,
     produce_paced,
@@ -139,3 +140,34 @@ def test_a_backlog_with_a_kill_halfway_gives_the_paced_records(
     second.stop()
     assert second.counters()["late"] == 0
     assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
+
+
+def test_a_day_of_history_worked_off_adds_up_for_every_pod(
+    scope12: NewScope, start_worker: StartWorker
+) -> None:
+    """What a user replaying a day sees: every pod's allocated and idle GPU-seconds in its
+    attribution equal its samples' to 1e-6 (`complete` waits for exactly that), none late."""
+    day = a_day(seed=24)
+    assert day.duration_ms >= 24 * 3_600_000
+    assert 300 <= len(day.pods) <= 800
+    backlog = scope12()
+    produce(backlog, messages(backlog, day))
+    worker = start_worker(backlog)
+    started = time.monotonic()
+    result = complete(backlog, day, worker)
+    took = time.monotonic() - started
+    worker.stop()
+    counters = worker.counters()
+    assert counters["late"] == 0
+    assert counters["deadletter"] == 0
+    samples = sum(1 for m in day.inputs() if m.spec.name == "nvml.samples")
+    allocated = sum(allocated for allocated, _ in day.expected().values())
+    figures = {
+        "pods": len(day.pods),
+        "node_samples": samples,
+        "allocated_gpu_seconds": round(allocated, 3),
+        "attribution": len(result["attribution"]),
+        "backlog_s": round(took, 1),
+        **counters,
+    }
+    print("FIGURES day", json.dumps(figures))
