@@ -195,5 +195,8 @@ def summary(runtime: WorkerRuntime, writer: RedisWriter | None = None) -> str:
         f"duplicates={c.duplicates} ticks={c.ticks} ticks_sent={runtime.ticks.sent}"
     )
     if writer is not None:
-        text += f" redis_written={writer.written} redis_rejected={writer.rejected}"
+        text += (
+            f" redis_written={writer.written} redis_rejected={writer.rejected}"
+            f" redis_kafka_errors={writer.kafka_errors}"
+        )
     return text

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaConsumer
-from kafka.errors import KafkaError
+from kafka.errors import CommitFailedError, KafkaError
 from prometheus_client import CollectorRegistry
 
 from schemas.alert import Alert
@@ -163,6 +163,8 @@ class RedisWriter:
         """Records Redis refused for good."""
         self.invalid = 0
         """Records of the derived topics that did not decode (written by someone else)."""
+        self.kafka_errors = 0
+        """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
         self.error: BaseException | None = None
         """What ended the thread, if it ended on an error."""
 
@@ -197,7 +199,12 @@ class RedisWriter:
             return
         try:
             while not self._stop.is_set():
-                self.step(consumer)
+                try:
+                    self.step(consumer)
+                except KafkaError as exc:  # the broker or the group, for a while: retried
+                    self.kafka_errors += 1
+                    log.warning("redis writer: Kafka error, retrying: %r", exc)
+                    self._stop.wait(FIRST_PAUSE_S)
         except Exception as exc:  # a bug of ours: said loudly; stream processing goes on
             self.error = exc
             log.exception("redis writer stopped")
@@ -224,7 +231,16 @@ class RedisWriter:
             self.live.put_back(states)
             return  # stopping with the batch unwritten: no commit, the next owner writes it
         if positions:
-            consumer.commit()
+            try:
+                consumer.commit()
+            except CommitFailedError as exc:
+                # The group went on without this consumer (the process was held up past
+                # its session timeout): it rejoins at the next poll, and the records after
+                # the last commit are written again, equal upserts of what Redis holds.
+                self.kafka_errors += 1
+                log.warning(
+                    "redis writer: commit refused, the batch will be written again: %r", exc
+                )
 
     def _reconcile(self, consumer: Any) -> None:
         """Read again what Redis lost: its stored positions behind ours (every few seconds).

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
 import msgspec
 import pytest
+from kafka.errors import CommitFailedError, KafkaConnectionError
 
 from gpuwatch import worker_sinks
 from gpuwatch.worker_sinks import RedisWriter, WorkerSinks, pipeline_counts, redis_group
@@ -236,3 +237,57 @@ def test_an_empty_redis_is_written_again_from_the_start_and_a_fresh_one_is_not()
 
 def test_the_redis_writers_group_is_their_own() -> None:
     assert redis_group(SETTINGS) == "gpuwatch.redis" != SETTINGS.kafka.app_id
+
+
+class RefusingConsumer(FakeConsumer):
+    """Its first commit is refused: the group rebalanced while the process was stopped."""
+
+    def commit(self) -> None:
+        if self.commits == 0:
+            self.commits = -1
+            raise CommitFailedError("UnknownMemberIdError")
+        super().commit()
+
+
+def test_a_refused_commit_is_counted_and_the_writer_goes_on() -> None:
+    redis = FakeRedis()
+    consumer = RefusingConsumer([msgs("a"), msgs("b")])
+    w = writer(redis)
+    w.step(consumer)
+    w.step(consumer)
+    assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["b"]]  # type: ignore[union-attr]
+    assert (w.kafka_errors, consumer.commits, w.written) == (1, 0, 2)
+
+
+class FlakyConsumer(FakeConsumer):
+    """Its first poll fails; the writer is stopped after the third."""
+
+    def __init__(self, batches: list[list[Msg]], stop: Callable[[], None]) -> None:
+        super().__init__(batches)
+        self.polls = 0
+        self._stop_after = stop
+
+    def poll(self, timeout_ms: int) -> dict[TP, list[Msg]]:
+        self.polls += 1
+        if self.polls == 1:
+            raise KafkaConnectionError("broker away")
+        if self.polls == 3:
+            self._stop_after()
+        return super().poll(timeout_ms)
+
+    def subscribe(self, topics: list[str]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_kafka_error_in_the_writers_loop_is_retried_not_the_end_of_it() -> None:
+    redis = FakeRedis()
+    w = RedisWriter(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
+    consumer = FlakyConsumer([msgs("a"), msgs("b")], stop=w._stop.set)
+    w._consumer = consumer
+    w._run()
+    assert w.error is None
+    assert w.kafka_errors == 1
+    assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["b"]]  # type: ignore[union-attr]
