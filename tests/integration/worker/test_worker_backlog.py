@@ -5,6 +5,7 @@ go, whose GPUs vanish from the samples for a while, on 12 partitions: produced p
 a worker runs, produced whole before a worker starts, and produced whole with the worker
 killed (`kill -9`) halfway and started again. Every derived record is the same in the
 three; nothing is late; every pod's allocated and idle GPU-seconds equal its samples'.
+And a whole day of some 500 pods worked off as a backlog, as a user replaying a day sees it.
 """
 
 from __future__ import annotations
