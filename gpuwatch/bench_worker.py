@@ -75,7 +75,14 @@ __all__ = [
 
 READY_DEADLINE_S = 120.0  # importing Faust and joining the group takes seconds; a loaded box more
 DRAIN_DEADLINE_S = 1800.0  # the full backlog takes minutes here; past this something is wrong
+SLOWEST_GPU_SAMPLES_PER_S = 400.0  # a day of 30 s samples runs at ~1,000/s: more time for it
+
 POLL_S = 0.2  # the bench looks at the worker this often
+
+
+def drain_deadline_s(gpu_samples: int) -> float:
+    """How long a backlog of `gpu_samples` may take before the bench gives up on it."""
+    return max(DRAIN_DEADLINE_S, gpu_samples / SLOWEST_GPU_SAMPLES_PER_S)
 
 
 @dataclass(frozen=True)
@@ -419,7 +426,7 @@ def _run(
             "the backlog in Redis",
             lambda: all((probe.latest(u) or 0) >= end for u, end in backlog_end.items()),
             worker,
-            DRAIN_DEADLINE_S,
+            drain_deadline_s(fleet.gpu_samples),
         ):
             raise RuntimeError("the backlog did not reach Redis in time")
         say(f"paced load: {config.paced_gpu_samples_per_s:.0f} GPU-samples/s, latency probe")
@@ -516,7 +523,8 @@ def _backlog(scoped: Settings, fleet: Fleet, worker: WorkerProcess, say: Say) ->
         offsets.close()
     say(f"worker: working off {total} node samples")
     with CommitWatcher(scoped, samples, POLL_S) as commits:
-        if not _wait("the backlog", lambda: commits.latest() >= total, worker, DRAIN_DEADLINE_S):
+        deadline_s = drain_deadline_s(fleet.gpu_samples)
+        if not _wait("the backlog", lambda: commits.latest() >= total, worker, deadline_s):
             raise RuntimeError(f"the worker committed {commits.latest()} of {total} in time")
         worker.rss_mb()
     done = next(t for t, n in commits.points if n >= total)

@@ -17,6 +17,7 @@ from gpuwatch.bench_worker import (
     FULL,
     QUICK,
     config_from_args,
+    drain_deadline_s,
     drain_rate,
     kept_up,
     latencies_ms,
@@ -293,3 +294,8 @@ def test_a_fleet_of_recorded_history_samples_at_its_interval() -> None:
     assert {s.interval_ms for s in node0} == {57_000}
     with pytest.raises(ValueError, match="--interval"):
         worker_config(quick=True, interval_s=0.01)
+
+
+def test_a_day_of_samples_gets_time_to_drain_a_quick_backlog_the_usual_deadline() -> None:
+    assert drain_deadline_s(24_000) == 1800.0
+    assert drain_deadline_s(2_880_000) == 7200.0  # a day of 1,000 GPUs sampled every 30 s
