@@ -31,6 +31,7 @@ from histories import History
 from worker_fixtures import (
     NewScope,
     StartWorker,
+    Worker,
     produce,
     topic_scopes,
     wait_for,
@@ -91,6 +92,19 @@ def paced_run(stack: Settings, history: History, tmp_path_factory: Any) -> dict[
         return result
 
 
+def work_off(
+    backlog: Settings, history: History, start_worker: StartWorker
+) -> tuple[dict[str, Any], float, Worker]:
+    """The history produced whole, then one worker until every pod adds up: (records, s, worker)."""
+    produce(backlog, messages(backlog, history))
+    worker = start_worker(backlog)
+    started = time.monotonic()
+    result = complete(backlog, history, worker)
+    took = time.monotonic() - started
+    worker.stop()
+    return result, took, worker
+
+
 def test_the_history_is_what_the_test_needs(history: History) -> None:
     assert len(history.nodes) == 10
     assert history.duration_ms >= 12 * 3_600_000
@@ -108,13 +122,7 @@ def test_paced_every_pod_adds_up_and_nothing_is_late(paced_run: dict[str, Any]) 
 def test_a_backlog_gives_the_paced_records(
     scope12: NewScope, start_worker: StartWorker, history: History, paced_run: dict[str, Any]
 ) -> None:
-    backlog = scope12()
-    produce(backlog, messages(backlog, history))
-    worker = start_worker(backlog)
-    started = time.monotonic()
-    result = complete(backlog, history, worker)
-    took = time.monotonic() - started
-    worker.stop()
+    result, took, worker = work_off(scope12(), history, start_worker)
     assert worker.counters()["late"] == 0
     samples = sum(1 for m in history.inputs() if m.spec.name == "nvml.samples")
     figures = {"backlog_s": round(took, 1), "node_samples": samples, **worker.counters()}
@@ -151,13 +159,7 @@ def test_a_day_of_history_worked_off_adds_up_for_every_pod(
     day = a_day(seed=24)
     assert day.duration_ms >= 24 * 3_600_000
     assert 300 <= len(day.pods) <= 800
-    backlog = scope12()
-    produce(backlog, messages(backlog, day))
-    worker = start_worker(backlog)
-    started = time.monotonic()
-    result = complete(backlog, day, worker)
-    took = time.monotonic() - started
-    worker.stop()
+    result, took, worker = work_off(scope12(), day, start_worker)
     counters = worker.counters()
     assert counters["late"] == 0
     assert counters["deadletter"] == 0
