@@ -216,13 +216,11 @@ class AgentLoop:
         """
         if self._load_starts is None:
             return
+        inputs = {(m.topic, m.partition) for m in messages}  # a few keys: one look-up each
         unknown = sorted(
-            {
-                (m.topic, m.partition)
-                for m in messages
-                if m.topic != self.tick_topic
-                and self.rewinds.expected(m.topic, m.partition) is None
-            }
+            key
+            for key in inputs
+            if key[0] != self.tick_topic and self.rewinds.expected(*key) is None
         )
         if not unknown:
             return
