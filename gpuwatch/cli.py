@@ -492,8 +492,8 @@ def _add_demo(verbs: Any) -> None:
 
 
 def _add_top(verbs: Any) -> None:
-    from gpuwatch.top_view import SORTS, STATE_ORDER
-    from sinks.redis_keys import DEFAULT_PREFIX
+    from gpuwatch.top.view import SORTS, STATE_ORDER
+    from sinks.redis.keys import DEFAULT_PREFIX
 
     top = verbs.add_parser(
         "top",
@@ -714,7 +714,7 @@ def _stack_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _topics_create(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import topics
+    from gpuwatch import kafka as topics
 
     try:
         report = topics.create_topics(settings)
@@ -725,7 +725,7 @@ def _topics_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _topics_list(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import topics
+    from gpuwatch import kafka as topics
 
     try:
         report = topics.describe_topics(settings)
@@ -736,7 +736,7 @@ def _topics_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _node_agent(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import node_agent
+    from gpuwatch.run import agent as node_agent
 
     if args.log_level == "WARNING":
         logging.getLogger().setLevel(logging.INFO)  # a daemon says what it does
@@ -754,7 +754,7 @@ def _node_agent(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import simulate
+    from gpuwatch.run import simulate
 
     if args.list_scenarios:
         for name in simulate.scenario_names():
@@ -794,7 +794,8 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import bench, bench_worker
+    from gpuwatch.bench import run as bench
+    from gpuwatch.bench import worker as bench_worker
 
     config = None
     if args.which == "worker":
@@ -821,7 +822,7 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _k8s_watcher(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import k8s_watcher
+    from gpuwatch.run import watcher as k8s_watcher
 
     if args.log_level == "WARNING":
         logging.getLogger().setLevel(logging.INFO)  # a daemon says what it does
@@ -835,8 +836,8 @@ def _k8s_watcher(args: argparse.Namespace, settings: Settings) -> int:
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     import dataclasses
 
-    from gpuwatch import worker
-    from streams.app import WorkerOptions
+    from gpuwatch.run import worker
+    from streams.faust.app import WorkerOptions
 
     if args.log_level == "WARNING":
         # A daemon says what it does; Faust's own INFO lines (tables, offsets) stay off.
@@ -852,7 +853,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import demo
+    from gpuwatch.run import demo
 
     if args.speed <= 0 or (args.demo_duration is not None and args.demo_duration <= 0):
         raise UserFacingError("demo: --speed and --duration must be positive")
@@ -870,8 +871,8 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _top(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch import top
-    from gpuwatch.top_view import Query
+    from gpuwatch.top import live as top
+    from gpuwatch.top.view import Query
 
     try:
         query = Query(
@@ -901,11 +902,11 @@ def _top(args: argparse.Namespace, settings: Settings) -> int:
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
     import time
 
-    from gpuwatch.replay import ReplayError, default_margin_s, timeline
-    from gpuwatch.replay_read import Progress
-    from gpuwatch.replay_story import Subject, TimeRange
-    from gpuwatch.replay_time import format_time, parse_time
-    from gpuwatch.replay_view import plot, render_text, to_json
+    from gpuwatch.replay.read import Progress
+    from gpuwatch.replay.show import ReplayError, default_margin_s, timeline
+    from gpuwatch.replay.story import Subject, TimeRange
+    from gpuwatch.replay.timefmt import format_time, parse_time
+    from gpuwatch.replay.view import plot, render_text, to_json
 
     now_ms = int(time.time() * 1000)
     try:
@@ -953,9 +954,9 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _replay_rerun(args: argparse.Namespace, settings: Settings, span: Any, margin_ms: int) -> int:
-    from gpuwatch.replay_read import Progress
-    from gpuwatch.replay_rerun import RerunError, RerunOptions, rerun
-    from gpuwatch.replay_view import render_rerun, rerun_json
+    from gpuwatch.replay.read import Progress
+    from gpuwatch.replay.rerun import RerunError, RerunOptions, rerun
+    from gpuwatch.replay.view import render_rerun, rerun_json
 
     if not (args.rerun and args.to_prefix):
         raise UserFacingError("replay: re-processing takes both --rerun and --to-prefix NAME.")

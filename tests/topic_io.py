@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
-from gpuwatch.topics import create_topics, delete_topics
+from gpuwatch.kafka import create_topics, delete_topics
 from schemas.settings import Settings
 
 READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in seconds

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 import grpc
 
+from producers.agent.readings import AllocationSource, DeviceAllocation
 from producers.podresources.devices import ResourceFilter
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, method_path
-from producers.readings import AllocationSource, DeviceAllocation
 from schemas.ids import PodUid
 
 __all__ = [

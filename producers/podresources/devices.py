@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from producers.readings import DeviceAllocation
+from producers.agent.readings import DeviceAllocation
 from schemas.ids import GpuUuid
 
 __all__ = ["ResourceFilter", "is_replicated", "normalise_device_id"]

@@ -25,7 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from producers.sim import BACKOFF_MAX_S, BACKOFF_START_S, CONTEXT_OVERHEAD_BYTES, WorkloadKind
+from producers.simulate.gpus import (
+    BACKOFF_MAX_S,
+    BACKOFF_START_S,
+    CONTEXT_OVERHEAD_BYTES,
+    WorkloadKind,
+)
 from producers.simulate.scenario import Scenario, Span, Workload
 from producers.simulate.topology import GPU_RESOURCE, Device, NodeLayout, layout, mig_resource
 

@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from producers.agent import Publish
-from producers.k8s.apiserver import FakeApiServer
+from producers.agent.loop import Publish
 from producers.simulate.cluster import Change, Cluster
-from producers.simulate.kube import KubeMirror
+from producers.simulate.kube.apiserver import FakeApiServer
+from producers.simulate.kube.cluster import KubeMirror
 from producers.simulate.nodes import NodeFleet
 from producers.simulate.scenario import Fault, Scenario
 

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from producers.agent import NodeAgent
-from producers.agent_metrics import AgentCollector
-from producers.publisher import Publisher
+from producers.agent.loop import NodeAgent
+from producers.agent.metrics import AgentCollector
+from producers.agent.publisher import Publisher
 from schemas.settings import ENV_VARS
 
 __all__ = ["FleetAgentCollector", "MetricsEndpoint", "MetricsPortError"]

@@ -7,10 +7,9 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from producers.agent import Clock, NodeAgent, Publish
-from producers.assemble import SharingConfig
-from producers.readings import DeviceAllocation, PodRef
-from producers.sim import SimReader, SimWorkload
+from producers.agent.assemble import SharingConfig
+from producers.agent.loop import Clock, NodeAgent, Publish
+from producers.agent.readings import DeviceAllocation, PodRef
 from producers.simulate.cluster import (
     Change,
     PodBound,
@@ -21,6 +20,7 @@ from producers.simulate.cluster import (
     ProcessStarted,
     ProcessStopped,
 )
+from producers.simulate.gpus import SimReader, SimWorkload
 from producers.simulate.topology import NodeLayout
 from schemas.ids import PodUid
 

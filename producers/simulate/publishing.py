@@ -12,8 +12,8 @@ import logging
 import threading
 import time
 
-from producers.agent import Publish
-from producers.publisher import Done, MessageSender, Publisher
+from producers.agent.loop import Publish
+from producers.agent.publisher import Done, MessageSender, Publisher
 
 __all__ = ["NodePublishers"]
 

@@ -20,12 +20,12 @@ from typing import TypeVar
 
 import msgspec
 
-from producers.k8s.apiserver import FakeApiServer
+from producers.agent.publisher import MessageSender, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
-from producers.kafka_sender import KafkaSender
-from producers.publisher import MessageSender, Publisher
+from producers.kafka import KafkaSender
+from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.loop import SimClock, Simulation
 from producers.simulate.metrics import FleetAgentCollector, MetricsEndpoint
 from producers.simulate.publishing import NodePublishers

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 import yaml
 
-from producers.sim import GPU_MODELS
+from producers.simulate.gpus import GPU_MODELS
 
 __all__ = [
     "SCENARIOS_DIR",
@@ -63,7 +63,7 @@ class NodePool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     pool: Name
     count: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 1
     model: str = "h100"
-    """A `producers.sim.GPU_MODELS` key: h100, h200, l40s."""
+    """A `producers.simulate.gpus.GPU_MODELS` key: h100, h200, l40s."""
     gpus_per_node: Annotated[int, msgspec.Meta(ge=1, le=16)] = 8
     sharing: Sharing = "exclusive"
     replicas: Annotated[int, msgspec.Meta(ge=2, le=64)] | None = None

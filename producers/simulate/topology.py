@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid as uuidlib
 from dataclasses import dataclass
 
-from producers.sim import GPU_MODELS, SimGpu
-from producers.sim_node import sim_gpu_uuid
+from producers.simulate.gpus import GPU_MODELS, SimGpu
+from producers.simulate.node import sim_gpu_uuid
 from producers.simulate.scenario import NodePool, Scenario, mig_instance_bytes, node_names
 
 __all__ = ["GPU_RESOURCE", "Device", "NodeLayout", "layout", "mig_resource"]

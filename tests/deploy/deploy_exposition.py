@@ -13,13 +13,13 @@ import msgspec
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from producers.agent import NodeAgent
-from producers.agent_metrics import AgentCollector
+from producers.agent.loop import NodeAgent
+from producers.agent.metrics import AgentCollector
+from producers.agent.publisher import Done, Publisher
+from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
-from producers.publisher import Done, Publisher
-from producers.readings import DeviceAllocation, PodRef, ReadResult
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.examples import example
@@ -28,8 +28,8 @@ from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import WatcherSettings
-from sinks.metrics import WorkerMetrics
-from sinks.metrics_collector import exposition
+from sinks.prometheus.collector import exposition
+from sinks.prometheus.metrics import WorkerMetrics
 
 Exported = dict[str, frozenset[str]]
 """Sample name (counters with `_total`) -> the label names its series carry."""

@@ -28,7 +28,7 @@ from deploy_exposition import POD, agent_registry, watcher_registry, worker_metr
 from deploy_promql import substitute
 from prometheus_client import CollectorRegistry
 
-from sinks.metrics import serve
+from sinks.prometheus.metrics import serve
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from worker_fixtures import decoded
 
 from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, POD_LIFECYCLE
 from schemas.settings import Settings
-from sinks.redis_keys import RedisKeys
+from sinks.redis.keys import RedisKeys
 
 RANK = {"queued": 0, "running": 1, "stalled": 2, "finished": 3}
 KEYS_OF = RedisKeys()  # `gpuwatch:`, the worker's key names

@@ -32,7 +32,7 @@ SAMPLES: Final = NVML_SAMPLES.name
 PODS: Final = K8S_PODS.name
 NODES: Final = K8S_NODES.name
 MAX_BYTES: Final = 1_040_000  # under the producer's max_request_size (1 MiB) with overhead
-LIMIT: Final = 512 * 1024  # the worker refuses larger values unread (streams/sanity.py)
+LIMIT: Final = 512 * 1024  # the worker refuses larger values unread (streams/core/sanity.py)
 S: Final = 1000
 
 # How many of each kind (10,000 in all).

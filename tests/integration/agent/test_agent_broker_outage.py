@@ -22,13 +22,13 @@ import pytest
 from topic_io import consume_all
 
 from gpuwatch.config import load_settings
+from gpuwatch.kafka import create_topics
 from gpuwatch.stack import manager, processes
 from gpuwatch.stack.service import StackPaths
-from gpuwatch.topics import create_topics
-from producers.agent import NodeAgent
-from producers.kafka_sender import KafkaSender
-from producers.publisher import Publisher
-from producers.sim_node import simple_node
+from producers.agent.loop import NodeAgent
+from producers.agent.publisher import Publisher
+from producers.kafka import KafkaSender
+from producers.simulate.node import simple_node
 from schemas import NVML_SAMPLES
 from schemas.settings import Settings
 

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from kafka.consumer.fetcher import ConsumerRecord
 from topic_io import consume_all, scoped_topics
 
-from producers.k8s.apiserver import FakeApiServer
+from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS
 from schemas.export import JSON_DIR
 from schemas.settings import Settings

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuwatch.k8s_watcher import WatcherService
-from producers.k8s import manifests as m
-from producers.k8s.apiserver import FakeApiServer
+from gpuwatch.run.watcher import WatcherService
+from producers.simulate.kube import manifests as m
+from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS, K8sNode, K8sPod
 from schemas.settings import Settings
 

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from gpuwatch.topics import create_topics, describe_topics
+from gpuwatch.kafka import create_topics, describe_topics
 from schemas import ALL_TOPICS, NVML_SAMPLES, POD_KEYED, NvmlSample
 from schemas.examples import example
 from schemas.settings import Settings

@@ -20,7 +20,7 @@ from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
-from sinks.metrics import MetricsServeError, WorkerMetrics, serve
+from sinks.prometheus.metrics import MetricsServeError, WorkerMetrics, serve
 
 pytestmark = pytest.mark.integration
 

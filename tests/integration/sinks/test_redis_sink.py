@@ -20,8 +20,8 @@ from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
-from sinks.redis_plan import GpuLive, SinkRecord
-from sinks.redis_sink import RedisSink, SinkRejected
+from sinks.redis.plan import GpuLive, SinkRecord
+from sinks.redis.sink import RedisSink, SinkRejected
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from schemas.attribution import Attribution
 from schemas.examples import POD_UID, POD_UID_2, example
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
-from sinks.redis_plan import SinkRecord
-from sinks.redis_sink import Backoff, RedisSink, SinkUnavailable, redact_url
+from sinks.redis.plan import SinkRecord
+from sinks.redis.sink import Backoff, RedisSink, SinkUnavailable, redact_url
 
 pytestmark = pytest.mark.integration
 

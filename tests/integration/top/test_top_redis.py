@@ -24,15 +24,16 @@ import msgspec
 import pytest
 import redis
 
-from gpuwatch import cli, top
-from gpuwatch.top_view import Query
+from gpuwatch import cli
+from gpuwatch.top import live as top
+from gpuwatch.top.view import Query
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, POD_UID_3, example
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
-from sinks.redis_plan import GpuLive, SinkRecord
-from sinks.redis_sink import RedisSink
+from sinks.redis.plan import GpuLive, SinkRecord
+from sinks.redis.sink import RedisSink
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import CoordinatorNotAvailableError
 from topic_io import consume_all
 
-from gpuwatch.topics import create_topics
-from producers.agent import NodeAgent
-from producers.sim import SimReader, WorkloadKind
-from producers.sim_node import SimPod, SimPods, simple_node
+from gpuwatch.kafka import create_topics
+from producers.agent.loop import NodeAgent
+from producers.simulate.gpus import SimReader, WorkloadKind
+from producers.simulate.node import SimPod, SimPods, simple_node
 from schemas import K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample, TopicSpec
 from schemas.settings import Settings
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from gpuwatch import cli
-from gpuwatch.bench_fleet import build_fleet
-from gpuwatch.bench_report import Latencies, WorkerResult, WorkerRun, format_worker, worker_json
-from gpuwatch.bench_report import write_plot as write_plot_png
-from gpuwatch.bench_worker import (
+from gpuwatch.bench.fleet import build_fleet
+from gpuwatch.bench.report import Latencies, WorkerResult, WorkerRun, format_worker, worker_json
+from gpuwatch.bench.report import write_plot as write_plot_png
+from gpuwatch.bench.worker import (
     FULL,
     QUICK,
     config_from_args,

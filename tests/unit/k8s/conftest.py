@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from producers.k8s.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
+from producers.simulate.kube.apiserver import FakeApiServer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

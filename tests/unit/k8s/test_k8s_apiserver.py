@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from producers.k8s import manifests as m
 from producers.k8s.api import ApiError, Collection, Disconnected, Expired
-from producers.k8s.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
+from producers.simulate.kube import manifests as m
+from producers.simulate.kube.apiserver import FakeApiServer
 
 T0 = 1_741_079_551.0
 PODS = Collection("pods")

@@ -14,10 +14,10 @@ import yaml
 
 from gpuwatch.cli import _overrides, build_parser
 from gpuwatch.config import load_settings
-from producers.k8s import manifests as m
-from producers.k8s.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
+from producers.simulate.kube import manifests as m
+from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import WatcherSettings
 
 RBAC = Path(__file__).parents[3] / "deploy" / "rbac" / "k8s-watcher.yaml"

@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from producers.k8s import manifests as m
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
 from producers.k8s.objects import NODE_DECODER, POD_DECODER
 from producers.k8s.selection import GpuResources
+from producers.simulate.kube import manifests as m
 from schemas import ContainerStatus
 
 Fixture = Callable[[str], dict[str, Any]]

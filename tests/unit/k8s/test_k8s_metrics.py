@@ -7,13 +7,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from producers.k8s import manifests as m
-from producers.k8s.apiserver import FakeApiServer
+from producers.agent.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.publisher import Done, Publisher
+from producers.simulate.kube import manifests as m
+from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_PODS, K8sPod
 from schemas.settings import WatcherSettings
 

@@ -8,8 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from producers.agent import NodeAgent
-from producers.readings import DeviceAllocation, DeviceReading, PodRef, ProcessReading, ReadResult
+from producers.agent.loop import NodeAgent
+from producers.agent.readings import (
+    DeviceAllocation,
+    DeviceReading,
+    PodRef,
+    ProcessReading,
+    ReadResult,
+)
 from schemas import NVML_SAMPLES
 from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import NvmlSample
@@ -221,7 +227,7 @@ def test_stats_count_what_the_ticks_did(caplog: pytest.LogCaptureFixture) -> Non
     agent.tick()
     reader.errors = ("GPU 3 GPU-dead: GPU is lost", "GPU 5 GPU-gone: GPU is lost")
 
-    with caplog.at_level(logging.WARNING, logger="producers.agent"):
+    with caplog.at_level(logging.WARNING, logger="producers.agent.loop"):
         agent.tick()
 
     stats = agent.stats
@@ -274,7 +280,7 @@ def test_a_failing_tick_is_logged_and_the_next_one_happens(
     def fail_second(reader: FakeReader) -> None:
         reader.fail_on = {1}
 
-    with caplog.at_level(logging.ERROR, logger="producers.agent"):
+    with caplog.at_level(logging.ERROR, logger="producers.agent.loop"):
         agent, reader, _, published = run_agent(1.0, [0.125] * 4, 4, fail_second)
 
     assert len(reader.read_at) == 4

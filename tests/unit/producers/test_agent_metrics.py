@@ -5,11 +5,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from producers.agent import NodeAgent
-from producers.agent_metrics import AgentCollector
-from producers.outbox import Entry
-from producers.publisher import Done, Publisher
-from producers.readings import DeviceAllocation, PodRef, ReadResult
+from producers.agent.loop import NodeAgent
+from producers.agent.metrics import AgentCollector
+from producers.agent.outbox import Entry
+from producers.agent.publisher import Done, Publisher
+from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
 
 
 class NoGpus:

@@ -9,8 +9,19 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from producers.assemble import SharingConfig, assemble_sample, normalise_allocations, sharing_mode
-from producers.readings import DeviceAllocation, DeviceReading, PodRef, ProcessReading, ReadResult
+from producers.agent.assemble import (
+    SharingConfig,
+    assemble_sample,
+    normalise_allocations,
+    sharing_mode,
+)
+from producers.agent.readings import (
+    DeviceAllocation,
+    DeviceReading,
+    PodRef,
+    ProcessReading,
+    ReadResult,
+)
 from schemas import NVML_SAMPLES
 from schemas.export import JSON_DIR
 from schemas.ids import GpuUuid, PodUid

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from producers.agent.readings import PodRef
 from producers.cgroups import parse_cgroup, parse_start_time
-from producers.readings import PodRef
 from schemas.ids import PodUid
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroups"

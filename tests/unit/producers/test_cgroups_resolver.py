@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from producers.agent.readings import PodRef
 from producers.cgroups import CgroupPodResolver, parse_cgroup
-from producers.readings import PodRef
 from schemas.ids import PodUid
 
 UID_A, CID_A = (

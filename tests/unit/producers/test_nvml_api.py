@@ -8,8 +8,8 @@ import pynvml
 import pytest
 from fixtures.nvml.recorded_nvml import RecordedNvml
 
-from producers import nvml_api
-from producers.nvml_api import NvmlApi
+from producers.nvml.api import NvmlApi
+from producers.nvml import api
 
 API_FUNCTIONS = sorted(name for name in vars(NvmlApi) if name.startswith("nvml"))
 
@@ -32,13 +32,13 @@ def test_the_recorded_fake_has_each_function_with_the_same_parameters(name: str)
 @pytest.mark.parametrize(
     ("protocol", "struct"),
     [
-        (nvml_api.Utilization, pynvml.c_nvmlUtilization_t),
-        (nvml_api.MemoryInfo, pynvml.c_nvmlMemory_v2_t),
-        (nvml_api.MemoryInfo, pynvml.c_nvmlMemory_t),
-        (nvml_api.ProcessInfo, pynvml.c_nvmlProcessInfo_v3_t),
-        (nvml_api.ProcessUtilizationSample, pynvml.c_nvmlProcessUtilizationSample_t),
-        (nvml_api.DeviceAttributes, pynvml.c_nvmlDeviceAttributes),
-        (nvml_api.EventData, pynvml.c_nvmlEventData_t),
+        (api.Utilization, pynvml.c_nvmlUtilization_t),
+        (api.MemoryInfo, pynvml.c_nvmlMemory_v2_t),
+        (api.MemoryInfo, pynvml.c_nvmlMemory_t),
+        (api.ProcessInfo, pynvml.c_nvmlProcessInfo_v3_t),
+        (api.ProcessUtilizationSample, pynvml.c_nvmlProcessUtilizationSample_t),
+        (api.DeviceAttributes, pynvml.c_nvmlDeviceAttributes),
+        (api.EventData, pynvml.c_nvmlEventData_t),
     ],
 )
 def test_struct_protocols_name_fields_pynvml_structs_have(protocol: type, struct: type) -> None:

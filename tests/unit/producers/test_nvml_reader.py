@@ -8,8 +8,8 @@ import pynvml
 import pytest
 from fixtures.nvml.recorded_nvml import RecordedNvml, node
 
-from producers.nvml import NvmlReader, NvmlUnavailable, mig_profile_name
-from producers.readings import DeviceReading, ProcessReading
+from producers.agent.readings import DeviceReading, ProcessReading
+from producers.nvml.reader import NvmlReader, NvmlUnavailable, mig_profile_name
 
 MIB = 1 << 20
 H100 = "GPU-00000000-0000-0000-0000-000000000000"

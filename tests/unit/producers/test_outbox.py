@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from producers.outbox import Entry, Outbox
+from producers.agent.outbox import Entry, Outbox
 
 
 def entry(n: int, size: int = 10) -> Entry:

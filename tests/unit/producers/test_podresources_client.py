@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import pytest
 
+from producers.agent.readings import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
 from producers.podresources.devices import is_replicated
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, grpc_module
-from producers.readings import DeviceAllocation
 from schemas.ids import PodUid
 
 pb = api_pb2

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from producers.outbox import Entry
-from producers.publisher import Done, Publisher, SendBlocked
+from producers.agent.outbox import Entry
+from producers.agent.publisher import Done, Publisher, SendBlocked
 
 SIZE = 10  # every test message is 10 bytes: 5-byte key, 5-byte value
 # 10,000 publishes take ~0.3 s here, ~3 s on a starved CPU. A publish that waited for the
@@ -275,7 +275,7 @@ def test_stop_gives_up_after_its_timeout_and_still_closes(
         publisher.publish(*message(n))
 
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="producers.publisher"):
+    with caplog.at_level(logging.WARNING, logger="producers.agent.publisher"):
         publisher.stop(timeout_s=0.3)
     took = time.monotonic() - started
 

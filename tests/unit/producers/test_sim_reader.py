@@ -6,8 +6,14 @@ import itertools
 
 import pytest
 
-from producers.readings import ReadResult
-from producers.sim import CONTEXT_OVERHEAD_BYTES, SimGpu, SimReader, SimWorkload, WorkloadKind
+from producers.agent.readings import ReadResult
+from producers.simulate.gpus import (
+    CONTEXT_OVERHEAD_BYTES,
+    SimGpu,
+    SimReader,
+    SimWorkload,
+    WorkloadKind,
+)
 
 MIB = 1 << 20
 GIB = 1 << 30

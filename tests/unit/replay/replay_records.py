@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from gpuwatch.replay_story import Collected, TimeRange
+from gpuwatch.replay.story import Collected, TimeRange
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sPod, NvmlSample, PodLifecycle
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 

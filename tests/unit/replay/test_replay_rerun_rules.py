@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from replay_records import MIN, SPAN, T0, TRAIN, S, attribution, gpu_window
 
-from gpuwatch.replay_read import Hit
-from gpuwatch.replay_rerun import (
+from gpuwatch.replay.read import Hit
+from gpuwatch.replay.rerun import (
     RerunError,
     RerunResult,
     check_prefix,
@@ -18,8 +18,8 @@ from gpuwatch.replay_rerun import (
     totals,
     widened,
 )
-from gpuwatch.replay_story import TimeRange
-from gpuwatch.replay_view import render_rerun, rerun_json
+from gpuwatch.replay.story import TimeRange
+from gpuwatch.replay.view import render_rerun, rerun_json
 from schemas import K8S_NODES, K8S_PODS
 from schemas.examples import GPU_0, example
 
@@ -30,7 +30,7 @@ def test_a_prefix_that_could_hold_live_topics_or_none_is_refused(target: str) ->
         check_prefix("gpuwatch.", target)
 
 
-@pytest.mark.parametrize("target", ["replay-idle20.", "gpuwatch.replay.", "r_1."])
+@pytest.mark.parametrize("target", ["replay-idle20.", "gpuwatch.replay.show.", "r_1."])
 def test_a_prefix_of_its_own_is_accepted(target: str) -> None:
     check_prefix("gpuwatch.", target)
 

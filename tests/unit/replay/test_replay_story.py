@@ -16,8 +16,8 @@ from replay_records import (
     sample,
 )
 
-from gpuwatch.replay_match import assemble, resolve, state_bands
-from gpuwatch.replay_story import SampleDigest, Scope, StateBand, Subject, TimeRange
+from gpuwatch.replay.match import assemble, resolve, state_bands
+from gpuwatch.replay.story import SampleDigest, Scope, StateBand, Subject, TimeRange
 from schemas import Alert, Attribution, GpuWindow, K8sNode, PodLifecycle
 from schemas.examples import GPU_0, GPU_1
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from replay_records import NODE, SPAN, T0, TRAIN, S, incident, sample
 
-from gpuwatch.replay_match import assemble, resolve, state_bands
-from gpuwatch.replay_read import Progress
-from gpuwatch.replay_story import SampleDigest, Story, Subject
-from gpuwatch.replay_view import plot, render_text, to_json
+from gpuwatch.replay.match import assemble, resolve, state_bands
+from gpuwatch.replay.read import Progress
+from gpuwatch.replay.story import SampleDigest, Story, Subject
+from gpuwatch.replay.view import plot, render_text, to_json
 from schemas.examples import GPU_0, GPU_1
 
 PNG = b"\x89PNG\r\n\x1a\n"

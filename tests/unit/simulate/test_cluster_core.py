@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from producers.sim import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
 from producers.simulate.cluster import (
     Change,
     Cluster,
@@ -19,6 +18,7 @@ from producers.simulate.cluster import (
     ProcessStarted,
     ProcessStopped,
 )
+from producers.simulate.gpus import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
 from producers.simulate.scenario import load_scenario, parse_scenario, with_overrides
 from producers.simulate.topology import layout
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from producers.publisher import Done, Publisher, SendBlocked
+from producers.agent.publisher import Done, Publisher, SendBlocked
 from producers.simulate.publishing import NodePublishers
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from setuptools import find_packages
+
 import producers.simulate
 from producers.simulate.scenario import SCENARIOS_DIR, scenario_names
 
@@ -23,7 +25,8 @@ def test_the_package_data_globs_take_every_scenario_file() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
         "setuptools"
     ]
-    assert "producers.simulate" in setuptools["packages"]
+    found = find_packages(where=str(ROOT), include=setuptools["packages"]["find"]["include"])
+    assert "producers.simulate" in found
     globs = setuptools["package-data"].get("producers.simulate", [])
     # setuptools resolves package-data globs relative to the package's directory.
     taken = {path for pattern in globs for path in PACKAGE.glob(pattern) if path.is_file()}

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.cli import main
 from gpuwatch.config import load_settings
-from producers.publisher import Done, MessageSender
+from producers.agent.publisher import Done, MessageSender
 from producers.simulate.metrics import MetricsPortError
 from producers.simulate.runner import SimulationService, run_simulation, start_simulation
 from producers.simulate.scenario import load_scenario

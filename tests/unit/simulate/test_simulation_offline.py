@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpuwatch.config import load_settings
-from producers.publisher import Done, MessageSender
+from producers.agent.publisher import Done, MessageSender
 from producers.simulate.runner import run_simulation, start_simulation
 from producers.simulate.scenario import load_scenario
 from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, K8sNode, K8sPod, NvmlSample

@@ -8,7 +8,7 @@ import msgspec
 
 from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
-from sinks.live_gpus import LiveGpus
+from sinks.redis.live_gpus import LiveGpus
 
 T0 = 1_764_412_000_000
 S = 1000

@@ -19,7 +19,7 @@ from test_metrics_fixtures import (
 
 from schemas.attribution import Attribution
 from schemas.gpu_window import GpuWindow
-from sinks.metrics import WorkerMetrics
+from sinks.prometheus.metrics import WorkerMetrics
 
 TEAM = {"namespace": "ml", "team": "vision"}
 MINUTE = 60 * S

@@ -26,8 +26,8 @@ from test_metrics_fixtures import (
 )
 
 from schemas.pod_lifecycle import PodLifecycle
-from sinks.metrics import MetricsServeError, WorkerMetrics, serve
-from sinks.metrics_collector import exposition
+from sinks.prometheus.collector import exposition
+from sinks.prometheus.metrics import MetricsServeError, WorkerMetrics, serve
 
 Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
 

@@ -14,7 +14,7 @@ from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
-from sinks.metrics import WorkerMetrics
+from sinks.prometheus.metrics import WorkerMetrics
 
 T0 = 1_764_412_000_000  # event time of the first record, epoch ms
 S = 1000

@@ -16,8 +16,8 @@ from test_metrics_fixtures import (
     worker,
 )
 
-from sinks.metrics import SWEEP_EVERY_S
-from sinks.metrics_collector import MAX_LABEL_LEN
+from sinks.prometheus.collector import MAX_LABEL_LEN
+from sinks.prometheus.metrics import SWEEP_EVERY_S
 
 GPU = "GPU-8f3c2a1e-5b7d-4c9a-8e6f-1d2b3c4a5e6f"  # the examples' GPU
 GPU_LABELS = POD | {"gpu": GPU, "model": "NVIDIA H100 80GB HBM3"}

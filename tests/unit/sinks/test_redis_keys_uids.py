@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sinks.redis_keys import RedisKeys
+from sinks.redis.keys import RedisKeys
 
 UID = "6f1c8a2e-4b3d-4e5f-9a7b-1c2d3e4f5a6b"
 

@@ -16,8 +16,8 @@ from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
-from sinks.redis_keys import RedisKeys
-from sinks.redis_plan import (
+from sinks.redis.keys import RedisKeys
+from sinks.redis.plan import (
     GPU_LIVE_CHUNK,
     Command,
     GpuLive,

@@ -30,12 +30,12 @@ from schemas import (
 )
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings
-from streams.agent_loop import AgentLoop, Message
-from streams.deadletters import Counters, Outputs, Record
-from streams.integrals import PriceBook
-from streams.node_processor import NodeConfig, NodePartition
-from streams.pod_processor import PodConfig, PodPartition
-from streams.ticks import Tick, claims_of, encode_tick
+from streams.core.integrals import PriceBook
+from streams.core.ticks import Tick, claims_of, encode_tick
+from streams.processors.node import NodeConfig, NodePartition
+from streams.processors.outputs import Counters, Outputs, Record
+from streams.processors.pod import PodConfig, PodPartition
+from streams.runtime.agent_loop import AgentLoop, Message
 
 PREFIX = "pm."
 TICKS = f"{PREFIX}pm.ticks"
@@ -91,7 +91,7 @@ class Pipeline:
     def close(self) -> None:
         self.loop.close()
 
-    # --- wiring as streams.app wires the worker
+    # --- wiring as streams.faust.app wires the worker
 
     def _node(self, partition: int, stored: list[tuple[bytes, bytes]]) -> NodePartition:
         config = NodeConfig(

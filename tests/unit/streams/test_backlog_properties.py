@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from pipeline_model import Pipeline, run_backlog, run_live
 
 from schemas.settings import RuleSettings, WindowSettings
-from streams import pod_processor, pod_step, ticks
+from streams.core import pod_step, ticks
+from streams.processors import pod
 
 S = 1000
 T0 = 1_764_400_000_000  # a multiple of every window length used here
@@ -206,16 +207,16 @@ def mutated(name: str) -> Iterator[None]:
             self.counters.late += outputs.late_usage
             self._store(before, after, outputs, out)
 
-        patch.setattr(pod_processor.PodPartition, "_input", apply_now)
+        patch.setattr(pod.PodPartition, "_input", apply_now)
     elif name == "pod events move the watermark":
-        original_input = pod_processor.PodPartition._input
+        original_input = pod.PodPartition._input
 
         def moved(self: Any, item: Any, out: Any) -> None:
             if item.event is not None and self.sources.value is not None:
                 self.sources.value = max(self.sources.value, item.key)
             original_input(self, item, out)
 
-        patch.setattr(pod_processor.PodPartition, "_input", moved)
+        patch.setattr(pod.PodPartition, "_input", moved)
     else:
         raise AssertionError(name)
     try:

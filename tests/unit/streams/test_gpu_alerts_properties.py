@@ -26,8 +26,8 @@ from schemas.alert import Alert
 from schemas.fields import Sharing
 from schemas.ids import PodUid
 from schemas.nvml_sample import NvmlSample
-from streams.gpu_alerts import NodeAlertState, on_sample, on_watermark
-from streams.split import split_gpu
+from streams.core.gpu_alerts import NodeAlertState, on_sample, on_watermark
+from streams.core.split import split_gpu
 
 BOUNDED = settings(max_examples=200, deadline=None)
 IDLE_S, MISSING_S = 5, 10  # short thresholds: the streams are a minute long at most

@@ -9,10 +9,10 @@ from test_gpu_alerts_fixtures import GPU_A, NODE, POD_P, RULES, S, alloc, gpu, s
 from schemas import GPU_WINDOWS, K8S_NODES, NVML_SAMPLES
 from schemas.deadletter import TOPIC as DEADLETTER
 from schemas.prices import BUILTIN_PRICES
-from streams.deadletters import MAX_LETTER_BYTES, Counters, Outputs, Source
-from streams.integrals import PriceBook
-from streams.node_processor import NodeConfig, NodePartition
-from streams.sanity import check_node
+from streams.core.integrals import PriceBook
+from streams.core.sanity import check_node
+from streams.processors.node import NodeConfig, NodePartition
+from streams.processors.outputs import MAX_LETTER_BYTES, Counters, Outputs, Source
 
 W0 = 1_764_399_960_000  # a window start (a multiple of 60 s)
 WALL = W0 + 600 * S

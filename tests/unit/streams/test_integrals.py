@@ -13,7 +13,7 @@ from schemas.fields import Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 from schemas.prices import BUILTIN_PRICES, PriceOverride, PriceTable
-from streams.integrals import (
+from streams.core.integrals import (
     GpuIntegrals,
     PodIntegrals,
     PriceBook,
@@ -21,7 +21,7 @@ from streams.integrals import (
     integrate_sample,
     scaled,
 )
-from streams.split import split_gpu
+from streams.core.split import split_gpu
 
 GIB = 1 << 30
 IDLE_PCT = 5.0

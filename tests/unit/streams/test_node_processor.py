@@ -14,10 +14,10 @@ from schemas import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE, Dea
 from schemas.deadletter import TOPIC as DEADLETTER
 from schemas.ids import NodeName
 from schemas.prices import BUILTIN_PRICES
-from streams.deadletters import Counters, Outputs, Source
-from streams.integrals import PriceBook
-from streams.node_processor import NodeConfig, NodePartition
-from streams.ticks import Tick
+from streams.core.integrals import PriceBook
+from streams.core.ticks import Tick
+from streams.processors.node import NodeConfig, NodePartition
+from streams.processors.outputs import Counters, Outputs, Source
 
 W0 = 1_764_399_960_000  # a window start (a multiple of 60 s)
 PREFIX = "t."

@@ -8,10 +8,10 @@ from test_pod_fixtures import GPU_A, GPU_B, RULES, WINDOWS, gpu, pod, usage
 from schemas.attribution import TOPIC as ATTRIBUTION
 from schemas.attribution import Attribution
 from schemas.settings import WindowSettings
-from streams import pod_attribution
-from streams.pod_attribution import add_usage, close_windows, least_precise
-from streams.pod_state import PodState
-from streams.pod_step import step_pod_event, step_usage, step_watermark
+from streams.core import pod_attribution
+from streams.core.pod_attribution import add_usage, close_windows, least_precise
+from streams.core.pod_state import PodState
+from streams.core.pod_step import step_pod_event, step_usage, step_watermark
 
 S = 1000
 

@@ -8,9 +8,9 @@ import pytest
 from test_pod_fixtures import RULES, UID, WINDOWS, pod, usage
 
 from schemas import ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
-from streams.deadletters import Counters, Outputs, Source
-from streams.pod_processor import FINISHED_KEEP_MS, PodConfig, PodPartition
-from streams.ticks import Tick
+from streams.core.ticks import Tick
+from streams.processors.outputs import Counters, Outputs, Source
+from streams.processors.pod import FINISHED_KEEP_MS, PodConfig, PodPartition
 
 S = 1000
 B = 1_764_399_960_000  # event time 0 of these tests: a window start

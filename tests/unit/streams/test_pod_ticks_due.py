@@ -22,17 +22,17 @@ from schemas.codec import TopicSpec
 from schemas.ids import PodUid
 from schemas.k8s_pod import K8sPod
 from schemas.pod_usage import PodUsage
-from streams.deadletters import Counters, Outputs, Source
-from streams.pod_processor import FINISHED_KEEP_MS, PodConfig, PodPartition
-from streams.pod_state import Held, PodState, new_state
-from streams.pod_step import (
+from streams.core.pod_state import Held, PodState, new_state
+from streams.core.pod_step import (
     next_due,
     release,
     step_pod_event,
     step_usage,
     step_watermark,
 )
-from streams.ticks import Tick as WorkerTick
+from streams.core.ticks import Tick as WorkerTick
+from streams.processors.outputs import Counters, Outputs, Source
+from streams.processors.pod import FINISHED_KEEP_MS, PodConfig, PodPartition
 
 S = 1000
 PREFIX = "t."

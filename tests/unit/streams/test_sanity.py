@@ -26,7 +26,7 @@ from schemas.k8s_pod import TOPIC as PODS
 from schemas.k8s_pod import K8sPod
 from schemas.nvml_sample import TOPIC as SAMPLES
 from schemas.nvml_sample import NvmlSample
-from streams.sanity import check_pod, check_sample, unknown_devices
+from streams.core.sanity import check_pod, check_sample, unknown_devices
 
 DAY = 86_400_000
 GOOD = sample(T0, [gpu(GPU_A, 50.0, proc(1, POD_P)), gpu(GPU_B, 0.0)], [alloc(POD_P, GPU_A)])

@@ -53,11 +53,11 @@ from schemas import (
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings
-from streams.deadletters import Counters, Outputs, Source
-from streams.integrals import PriceBook
-from streams.node_processor import NodeConfig, NodePartition
-from streams.pod_processor import PodConfig, PodPartition
-from streams.ticks import Tick
+from streams.core.integrals import PriceBook
+from streams.core.ticks import Tick
+from streams.processors.node import NodeConfig, NodePartition
+from streams.processors.outputs import Counters, Outputs, Source
+from streams.processors.pod import PodConfig, PodPartition
 
 S = 1000  # ms per second: the scenarios are written in seconds after t0
 DAY_MS = 86_400_000

@@ -14,7 +14,7 @@ from schemas.examples import GPU_0, POD_UID, example
 from schemas.fields import Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
-from streams.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
+from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
 
 GIB = 1 << 30
 IDLE_PCT = 5.0  # the default idle threshold

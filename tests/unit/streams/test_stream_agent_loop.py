@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from streams.agent_loop import POSITIONS, AgentLoop, Message
-from streams.deadletters import Counters, Outputs, Record, Source
-from streams.rewinds import MAX_REWINDS, REWIND_AGAIN_S, STALL_S
-from streams.ticks import Tick, encode_tick
+from streams.core.ticks import Tick, encode_tick
+from streams.processors.outputs import Counters, Outputs, Record, Source
+from streams.runtime.agent_loop import POSITIONS, AgentLoop, Message
+from streams.runtime.rewinds import MAX_REWINDS, REWIND_AGAIN_S, STALL_S
 
 IN, TICKS = "t.in", "t.ticks"
 

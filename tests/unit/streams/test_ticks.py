@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from streams.ticks import (
+from streams.core.ticks import (
     MAX_PENDING,
     Progress,
     SourceWatermarks,

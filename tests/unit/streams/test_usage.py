@@ -16,8 +16,8 @@ from schemas.examples import GPU_0, POD_UID, example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.prices import BUILTIN_PRICES
-from streams.integrals import PriceBook, integrate_sample
-from streams.usage import PodTrack, UsageAggregator
+from streams.core.integrals import PriceBook, integrate_sample
+from streams.core.usage import PodTrack, UsageAggregator
 
 MIN = 60_000
 T0 = 1_764_412_320_000  # a window start

@@ -7,7 +7,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.windows import (
+from streams.core.windows import (
     Part,
     closable,
     closes_at,

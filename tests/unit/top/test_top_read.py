@@ -10,7 +10,7 @@ from os import terminal_size
 import pytest
 
 from gpuwatch import cli
-from gpuwatch.top import (
+from gpuwatch.top.live import (
     CLEAR,
     TopOptions,
     TopUnavailable,
@@ -20,7 +20,7 @@ from gpuwatch.top import (
     parse_pod,
     pick_uids,
 )
-from gpuwatch.top_view import PodRow, Query, Snapshot
+from gpuwatch.top.view import PodRow, Query, Snapshot
 
 GPU_0 = "GPU-8f3c2a1e-5b7d-4c9a-8e6f-1d2b3c4a5e6f"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.top_view import (
+from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
     Header,

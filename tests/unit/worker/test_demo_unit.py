@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.demo import DemoOptions, demo_env, epoch_for, where_to_look
+from gpuwatch.run.demo import DemoOptions, demo_env, epoch_for, where_to_look
 from schemas.settings import Settings
 
 NOW = 1_800_000_000.0

@@ -9,17 +9,17 @@ import msgspec
 import pytest
 from kafka.errors import CommitFailedError, KafkaConnectionError
 
-from gpuwatch import worker_sinks
-from gpuwatch.worker_sinks import RedisWriter, WorkerSinks, pipeline_counts, redis_group
+from gpuwatch.run import worker_sinks
+from gpuwatch.run.worker_sinks import RedisWriter, WorkerSinks, pipeline_counts, redis_group
 from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
 from schemas.topics import POD_LIFECYCLE
-from sinks.live_gpus import LiveGpus
-from sinks.redis_plan import GpuLive, SinkRecord
-from sinks.redis_sink import RedisSink, SinkRejected, SinkUnavailable
-from streams.deadletters import Counters
+from sinks.redis.live_gpus import LiveGpus
+from sinks.redis.plan import GpuLive, SinkRecord
+from sinks.redis.sink import RedisSink, SinkRejected, SinkUnavailable
+from streams.processors.outputs import Counters
 
 SETTINGS = Settings()
 TOPIC = POD_LIFECYCLE.full_name(SETTINGS.kafka.topic_prefix)

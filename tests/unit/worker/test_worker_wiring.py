@@ -7,10 +7,10 @@ import threading
 import pytest
 from pydantic import SecretStr
 
-from gpuwatch import worker
+from gpuwatch.run import worker
 from schemas.settings import KafkaSettings, Settings
-from streams.app import changelog_topic_names, credentials
-from streams.tick_timer import aiokafka_options, tick_topic_name
+from streams.faust.app import changelog_topic_names, credentials
+from streams.faust.tick_timer import aiokafka_options, tick_topic_name
 
 
 def test_plaintext_needs_no_credentials_and_sasl_passes_the_secret() -> None:

@@ -1,0 +1,327 @@
+"""What `gpuwatch bench worker` reads: the worker process, group offsets, Redis, the baselines.
+
+The worker runs as `python -m gpuwatch.cli worker` with the bench's settings in its
+environment; its RSS and CPU come from /proc. Its progress is the committed offsets of its
+consumer group, read through the admin API, so measuring costs the worker nothing. The
+baselines read the same topic: a bare aiokafka consumer in this process, and the Faust
+floor (`gpuwatch.bench.floor`) in a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+
+from schemas.settings import Settings
+from schemas.topics import NVML_SAMPLES
+from sinks.redis.keys import RedisKeys
+from streams.faust.tick_timer import aiokafka_options
+
+__all__ = [
+    "CommitWatcher",
+    "DecodeRun",
+    "LatencyProbe",
+    "Offsets",
+    "WorkerProcess",
+    "bare_consumer",
+    "faust_floor",
+    "remaining",
+    "worker_env",
+]
+
+MB = 1 << 20
+READ_DEADLINE_S = 600.0  # the baselines read the full backlog in seconds; a loaded box more
+STOP_DEADLINE_S = 40.0  # the worker commits and exits on SIGTERM within its own 25 s bound
+PAUSED_SESSION_S = 90  # the worker is paused while the backlog is produced: Faust's longest
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def worker_env(settings: Settings, redis_url: str) -> dict[str, str]:
+    """The environment of a worker (or the floor) on the bench's topics, app id and Redis."""
+    kafka = settings.kafka
+    return {
+        **os.environ,
+        "GPUWATCH_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUWATCH_APP_ID": kafka.app_id,
+        "GPUWATCH_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUWATCH_KAFKA_PARTITIONS": str(kafka.partitions),
+        "GPUWATCH_REDIS_URL": redis_url,
+        "GPUWATCH_METRICS_PORT": str(free_port()),
+        "GPUWATCH_WORKER_SINKS": "true",
+    }
+
+
+class WorkerProcess:
+    """`python -m gpuwatch.cli worker` with its sinks, its log in a file."""
+
+    def __init__(self, settings: Settings, redis_url: str, log_path: Path) -> None:
+        argv = [sys.executable, "-m", "gpuwatch.cli", "worker", "--instance", "bench"]
+        argv += ["--session-timeout", str(PAUSED_SESSION_S)]
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                argv, env=worker_env(settings, redis_url), stdout=log, stderr=subprocess.STDOUT
+            )
+        self._peak_mb = 0.0
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the worker's log."""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def check(self) -> None:
+        """Raise if the worker exited."""
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the worker exited ({self.process.returncode}):\n{self.log_tail()}")
+
+    def _status_mb(self, field: str) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024 / MB  # kB
+        raise RuntimeError(f"no {field} in /proc/{self.process.pid}/status")
+
+    def rss_mb(self) -> float:
+        """Resident memory now (VmRSS)."""
+        rss = self._status_mb("VmRSS")
+        self._peak_mb = max(self._peak_mb, rss)
+        return rss
+
+    def peak_mb(self) -> float:
+        """The most resident memory the process has had (VmHWM)."""
+        return max(self._peak_mb, self._status_mb("VmHWM"))
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the process, all threads, so far."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+    def pause(self) -> None:
+        """Stop the process (SIGSTOP): it keeps its partitions within its session timeout."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process go on (SIGCONT)."""
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """SIGTERM (after SIGCONT, should it be paused), SIGKILL past the deadline."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Offsets:
+    """End offsets of the bench's topics and the committed offsets of the worker's group."""
+
+    def __init__(self, settings: Settings) -> None:
+        options = settings.kafka.client_options()
+        self.partitions = settings.kafka.partitions
+        self.group = settings.kafka.app_id
+        self._admin = KafkaAdminClient(client_id="gpuwatch-bench", **options)
+        self._consumer = KafkaConsumer(enable_auto_commit=False, **options)
+
+    def exists(self, topic: str) -> bool:
+        """Whether the topic exists (the worker creates its tick topic when it starts)."""
+        return topic in set(self._admin.list_topics())
+
+    def ends(self, topic: str) -> int:
+        """Messages in a topic: the sum of its partitions' end offsets."""
+        tps = [KafkaTopicPartition(topic, p) for p in range(self.partitions)]
+        return sum(self._consumer.end_offsets(tps).values())
+
+    def partition_ends(self, topic: str) -> dict[int, int]:
+        """The end offset of each partition of a topic."""
+        tps = [KafkaTopicPartition(topic, p) for p in range(self.partitions)]
+        return {tp.partition: offset for tp, offset in self._consumer.end_offsets(tps).items()}
+
+    def committed(self, topic: str) -> int:
+        """Messages of a topic the worker's group has committed."""
+        tps = [KafkaTopicPartition(topic, p) for p in range(self.partitions)]
+        offsets = self._admin.list_group_offsets({self.group: tps})[self.group]
+        return sum(o.offset for o in offsets.values() if o.offset > 0)
+
+    def close(self) -> None:
+        """Close both clients."""
+        self._consumer.close()
+        self._admin.close()
+
+
+class CommitWatcher:
+    """Reads the worker's committed offsets of one topic every `interval_s`, in a thread."""
+
+    def __init__(self, settings: Settings, topic: str, interval_s: float = 0.2) -> None:
+        self._offsets = Offsets(settings)
+        self._topic = topic
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="commit-watcher", daemon=True)
+        self.points: list[tuple[float, int]] = []
+        """(monotonic time read, messages committed)."""
+
+    def __enter__(self) -> CommitWatcher:
+        self.points.append((time.monotonic(), self._offsets.committed(self._topic)))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._offsets.close()
+
+    def latest(self) -> int:
+        """The last count read (0 before any)."""
+        return self.points[-1][1] if self.points else 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            committed = self._offsets.committed(self._topic)
+            self.points.append((time.monotonic(), committed))
+            self._stop.wait(self._interval_s)
+
+
+class LatencyProbe:
+    """Reads `updated_at` of the watched GPUs' Redis hashes often, in a thread."""
+
+    def __init__(self, url: str, uuids: Iterable[str], interval_s: float = 0.02) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=5)
+        self._keys = RedisKeys()
+        self._uuids = sorted(set(uuids))
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="latency-probe", daemon=True)
+        self._last: dict[str, int] = {}
+        self.seen: list[tuple[str, int, float]] = []
+        """(uuid, updated_at, wall time the value was first read) of every new value."""
+
+    def __enter__(self) -> LatencyProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._client.close()
+
+    def latest(self, uuid: str) -> int | None:
+        """The last `updated_at` read of a GPU."""
+        return self._last.get(uuid)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pipe = self._client.pipeline(transaction=False)
+            for uuid in self._uuids:
+                pipe.hget(self._keys.gpu(uuid), "updated_at")
+            values = pipe.execute()
+            now = time.time()
+            for uuid, value in zip(self._uuids, values, strict=True):
+                if value is not None and int(value) != self._last.get(uuid):
+                    self._last[uuid] = int(value)
+                    self.seen.append((uuid, int(value), now))
+            self._stop.wait(self._interval_s)
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    """A baseline's reading of the backlog."""
+
+    seconds: float
+    cpu_seconds: float
+    gpu_samples: int
+
+    @property
+    def gpu_samples_per_s(self) -> float:
+        """GPU-samples per second."""
+        return self.gpu_samples / self.seconds
+
+    @property
+    def cpu_us_per_gpu_sample(self) -> float:
+        """CPU microseconds per GPU-sample."""
+        return self.cpu_seconds / self.gpu_samples * 1e6
+
+
+def remaining(ends: Mapping[int, int]) -> dict[int, int]:
+    """The last offset of each partition a reader must reach (partitions with data only)."""
+    return {p: end - 1 for p, end in ends.items() if end > 0}
+
+
+async def bare_consumer(settings: Settings, topic: str, ends: Mapping[int, int]) -> DecodeRun:
+    """A bare aiokafka consumer decoding `topic` from the start until every partition's end.
+
+    `ends` are the partitions' end offsets when the backlog was complete. Records after
+    them (the paced load) are decoded as they come in the same fetches; the rate counts
+    every record decoded.
+    """
+    consumer = AIOKafkaConsumer(
+        client_id="gpuwatch-bench-baseline",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_options(settings.kafka),
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.kafka.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        left = remaining(ends)
+        gpus = 0
+        deadline = time.monotonic() + READ_DEADLINE_S
+        started, cpu = time.monotonic(), time.process_time()
+        while left:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the baseline did not reach the end of {sorted(left)}")
+            batches = await consumer.getmany(timeout_ms=1000)
+            for tp, records in batches.items():
+                for record in records:
+                    gpus += len(NVML_SAMPLES.decode(record.value or b"").gpus)
+                if records and records[-1].offset >= left.get(tp.partition, math.inf):
+                    del left[tp.partition]
+        return DecodeRun(time.monotonic() - started, time.process_time() - cpu, gpus)
+    finally:
+        await consumer.stop()
+
+
+def faust_floor(
+    settings: Settings, redis_url: str, topic: str, ends: Mapping[int, int]
+) -> DecodeRun:
+    """The Faust floor (`gpuwatch.bench.floor`) on `topic` until every partition's end."""
+    argv = [sys.executable, "-m", "gpuwatch.bench.floor", topic, json.dumps(remaining(ends))]
+    done = subprocess.run(
+        argv,
+        env=worker_env(settings, redis_url),
+        capture_output=True,
+        text=True,
+        timeout=READ_DEADLINE_S,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the Faust floor failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    figures = json.loads(lines[-1])
+    return DecodeRun(figures["seconds"], figures["cpu_seconds"], figures["gpu_samples"])

@@ -1,0 +1,235 @@
+"""`gpuwatch demo`: the whole product on one machine, from the stack to the live view.
+
+Starts what is missing of the local stack, creates the topics, runs the worker and a
+simulated cluster (`gpuwatch simulate`) as child processes with their logs in the stack's
+log directory, and shows `gpuwatch top` until Ctrl-C or `--duration`. Then it stops the
+children it started (SIGTERM, then SIGKILL after a grace period) and the stack if it
+started it, and says where everything was.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from gpuwatch import kafka
+from gpuwatch.stack import manager
+from gpuwatch.stack.service import StackPaths
+from gpuwatch.top.live import TopOptions, TopUnavailable
+from gpuwatch.top.live import run as run_top
+from schemas.settings import Settings
+from sinks.redis.sink import redact_url
+
+__all__ = ["DemoError", "DemoOptions", "demo_env", "run", "where_to_look"]
+
+UNBOUNDED_HORIZON_S = 3600.0  # a fast demo without --duration meets the wall clock after this
+STOP_GRACE_S = 30.0  # the worker commits and leaves its group on SIGTERM within seconds
+DEMO_RULES = {
+    # The defaults suit a cluster (stalled after 5 min, queued alert after 10 min); the demo
+    # shortens them so that a few minutes show every state and alert. The user's own
+    # GPUWATCH_* settings win.
+    "GPUWATCH_STALL_AFTER_S": "120",
+    "GPUWATCH_QUEUED_ALERT_AFTER_S": "180",
+    "GPUWATCH_IDLE_ALERT_AFTER_S": "60",
+}
+
+
+class DemoError(Exception):
+    """The demo cannot go on; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What `gpuwatch demo` was asked for."""
+
+    scenario: str = "small"
+    speed: float = 1.0
+    duration_s: float | None = None
+    ui: bool = True
+    keep_stack: bool = False
+    interval_s: float = 2.0
+
+
+@dataclass
+class Child:
+    """A process the demo started."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def demo_env(settings: Settings) -> dict[str, str]:
+    """The environment of the demo's children: ours, the demo's rules under the user's."""
+    env = dict(os.environ)
+    for name, value in DEMO_RULES.items():
+        env.setdefault(name, value)
+    env["GPUWATCH_KAFKA_BOOTSTRAP"] = settings.kafka.bootstrap
+    env["GPUWATCH_TOPIC_PREFIX"] = settings.kafka.topic_prefix
+    env["GPUWATCH_APP_ID"] = settings.kafka.app_id
+    env["GPUWATCH_KAFKA_PARTITIONS"] = str(settings.kafka.partitions)
+    env["GPUWATCH_REDIS_URL"] = settings.redis.url.get_secret_value()
+    env["GPUWATCH_METRICS_PORT"] = str(settings.metrics.port)
+    return env
+
+
+def epoch_for(options: DemoOptions, now: float) -> float:
+    """Event time of the simulation's start.
+
+    Faster than real time, the simulation starts in the past so that its event time meets
+    the wall clock at the end of the run (an hour when it has no end), so ages and lags
+    read naturally and event time does not run far ahead of the clock; at speed 1 it
+    starts now.
+    """
+    if options.speed <= 1:
+        return now
+    horizon = UNBOUNDED_HORIZON_S if options.duration_s is None else options.duration_s
+    return now - (options.speed - 1) * horizon
+
+
+def where_to_look(settings: Settings, logs: Path) -> str:
+    """What the user can open while the demo runs."""
+    prom = f"http://127.0.0.1:{settings.stack.prometheus_port}"
+    prefix = "gpuwatch:"
+    return "\n".join(
+        [
+            "gpuwatch demo is running. Where to look:",
+            f"  Prometheus   {prom}/alerts  (alerts firing)   {prom}/graph",
+            "    sum by (namespace) (gpuwatch_waste_usd_total)      waste so far by namespace",
+            '    gpuwatch_pod_state{state="stalled"} == 1           pods holding a GPU idle',
+            f"  Redis        redis-cli -u {redact_url(settings.redis.url.get_secret_value())}",
+            f"    ZRANGE {prefix}state:stalled 0 -1    HGETALL {prefix}pod:<uid>",
+            f"    ZREVRANGE {prefix}waste:pods 0 9 WITHSCORES    HGETALL {prefix}alerts:firing",
+            f"  Metrics      http://{settings.metrics.bind}:{settings.metrics.port}/metrics"
+            f" (worker), :{settings.agent.metrics_port} (node agents),"
+            f" :{settings.watcher.metrics_port} (watcher)",
+            "  Live view    gpuwatch top   (another terminal; `--once` prints and exits)",
+            f"  Logs         {logs}/demo-worker.log  {logs}/demo-simulate.log",
+            "Ctrl-C stops the demo.",
+        ]
+    )
+
+
+def run(
+    settings: Settings,
+    options: DemoOptions,
+    out: TextIO = sys.stdout,
+    progress: Callable[[str], None] = lambda message: None,
+) -> int:
+    """The demo; its exit status."""
+    before = {s.name for s in manager.status(settings) if s.healthy}
+    progress("starting the local stack (the first run downloads Kafka, about 100 MB)")
+    statuses = manager.up(settings, progress)
+    bad = [s for s in statuses if not s.healthy]
+    if bad:
+        raise DemoError(
+            "the stack did not come up: " + ", ".join(f"{s.name}: {s.detail}" for s in bad)
+        )
+    started_stack = {s.name for s in statuses} - before
+    try:
+        progress("creating the topics")
+        report = kafka.create_topics(settings)
+        if not all(row.ok for row in report):
+            raise DemoError("topics not created:\n" + kafka.format_report(report))
+        logs = StackPaths.of(settings.stack.state_dir).root / "logs"
+        with children(settings, options, logs, progress) as running:
+            out.write(where_to_look(settings, logs) + "\n")
+            out.flush()
+            return _show(settings, options, running, out)
+    finally:
+        if started_stack and not options.keep_stack:
+            progress("stopping the stack the demo started (keep it: --keep-stack)")
+            manager.down(settings, progress)
+
+
+@contextmanager
+def children(
+    settings: Settings, options: DemoOptions, logs: Path, progress: Callable[[str], None]
+) -> Iterator[list[Child]]:
+    """The worker and the simulator, running; stopped on the way out, whatever happens."""
+    env = demo_env(settings)
+    exe = [sys.executable, "-m", "gpuwatch.cli"]
+    sim = [*exe, "simulate", "--scenario", options.scenario, "--speed", f"{options.speed:g}"]
+    sim += ["--epoch", f"{epoch_for(options, time.time()):.3f}"]
+    running: list[Child] = []
+    try:
+        progress("starting the worker")
+        running.append(_spawn("worker", [*exe, "worker"], env, logs))
+        progress(f"starting the simulated cluster (scenario {options.scenario})")
+        running.append(_spawn("simulate", sim, env, logs))
+        yield running
+    finally:
+        progress("stopping the worker and the simulated cluster")
+        stop(running)
+
+
+def _spawn(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> Child:
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / f"demo-{name}.log"
+    with path.open("ab") as log:
+        process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo only; it stops them in order
+        )  # fmt: skip
+    return Child(name, process, path)
+
+
+def stop(running: Sequence[Child], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the children (the simulator first), wait, SIGKILL what is left."""
+    for child in reversed(running):
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in reversed(running):
+        try:
+            child.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+
+
+def _show(settings: Settings, options: DemoOptions, running: list[Child], out: TextIO) -> int:
+    """The live view (or quiet waiting) until Ctrl-C, the duration, or a child's death."""
+    deadline = None if options.duration_s is None else time.monotonic() + options.duration_s
+
+    def sleep(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for child in running:
+                if child.process.poll() is not None:
+                    raise DemoError(
+                        f"the {child.name} exited with status {child.process.returncode}; "
+                        f"its log: {child.log}"
+                    )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise KeyboardInterrupt  # the view's own way out
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+    top = TopOptions(interval_s=options.interval_s, once=not options.ui)
+    try:
+        if options.ui:
+            return _top(settings, top, out, sleep)
+        while True:
+            sleep(3600.0)
+    except KeyboardInterrupt:
+        pass
+    if not options.ui:
+        _top(settings, TopOptions(once=True), out, sleep)
+    return 0
+
+
+def _top(
+    settings: Settings, options: TopOptions, out: TextIO, sleep: Callable[[float], None]
+) -> int:
+    try:
+        return run_top(settings.redis, options, out, sleep=sleep)
+    except TopUnavailable as exc:
+        raise DemoError(str(exc)) from exc

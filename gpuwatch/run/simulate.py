@@ -1,0 +1,187 @@
+"""Wires `gpuwatch simulate`: a scenario, its overrides, the topics check, /metrics, signals,
+summary.
+
+From Python (`gpuwatch demo`): `load(...)` a scenario, then `run_simulation(settings,
+scenario, speed=..., duration_s=..., stop_event=...)` in the foreground or
+`start_simulation(...)` for a handle whose `stop()` returns the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from types import FrameType
+
+from producers.simulate.metrics import MetricsPortError
+from producers.simulate.runner import (
+    SimulationHandle,
+    SimulationSummary,
+    run_simulation,
+    start_simulation,
+)
+from producers.simulate.scenario import (
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    scenario_names,
+    with_overrides,
+)
+from schemas.settings import Settings
+from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
+
+__all__ = [
+    "ScenarioError",
+    "SimulateMetricsError",
+    "SimulateOptions",
+    "SimulateStartError",
+    "SimulationHandle",
+    "SimulationSummary",
+    "format_summary",
+    "load",
+    "parse_epoch",
+    "run",
+    "run_simulation",
+    "scenario_names",
+    "start_simulation",
+]
+
+log = logging.getLogger(__name__)
+
+PODS_LISTED = 40  # the summary names each pod up to this many, else counts by status
+
+
+class SimulateStartError(Exception):
+    """The simulation cannot start (bad scenario, topics missing); the message says why."""
+
+
+class SimulateMetricsError(SimulateStartError):
+    """A /metrics port cannot be bound (taken by a node agent, a watcher, another simulation);
+    the message names the port and its setting."""
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """What the command line chose."""
+
+    scenario: str = "small"
+    speed: float = 1.0
+    duration_s: float | None = None
+    until_s: float | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    seed: int | None = None
+    epoch_s: float | None = None
+    check_topics: bool = True
+    metrics: bool = True
+    """Serve the agents' and the watcher's /metrics on their settings' ports."""
+
+
+def load(
+    ref: str,
+    *,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    seed: int | None = None,
+) -> Scenario:
+    """A scenario by name or path, with the overrides applied; ScenarioError if unusable."""
+    return with_overrides(load_scenario(ref), nodes=nodes, gpus_per_node=gpus_per_node, seed=seed)
+
+
+def parse_epoch(text: str) -> float:
+    """Epoch seconds from `1764412345` or an ISO 8601 time (`2025-11-29T10:00:00Z`)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"not epoch seconds nor an ISO 8601 time: {text!r}") from exc
+    if when.tzinfo is None:
+        raise ValueError(f"give the time zone of {text!r} (e.g. a trailing Z for UTC)")
+    return when.timestamp()
+
+
+def _check_topics(settings: Settings) -> None:
+    from gpuwatch import kafka
+
+    prefix = settings.kafka.topic_prefix
+    wanted = {spec.full_name(prefix) for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES)}
+    try:
+        rows = kafka.describe_topics(settings)
+    except kafka.TopicAdminError as exc:
+        raise SimulateStartError(f"cannot reach Kafka to check the topics: {exc}") from exc
+    missing = sorted(row.name for row in rows if row.name in wanted and row.outcome == "missing")
+    if missing:
+        raise SimulateStartError(
+            f"topics missing: {', '.join(missing)}; create them with `gpuwatch topics create`"
+        )
+
+
+def format_summary(summary: SimulationSummary) -> str:
+    """The summary for a terminal."""
+    simulated = (summary.end_ms - summary.epoch_ms) / 1000
+    lines = [
+        f"scenario {summary.scenario} (seed {summary.seed}): {summary.nodes} nodes, "
+        f"{summary.gpus} GPUs, {simulated:.0f} s simulated in {summary.wall_s:.1f} s "
+        f"(speed {summary.speed:g}, {summary.ticks} ticks, {summary.late_ticks} late), "
+        f"CPU {summary.cpu_s:.1f} s",
+        "published: "
+        + ", ".join(
+            f"{topic} {summary.sent.get(topic, 0)} sent"
+            + (f" ({summary.dropped[topic]} dropped)" if summary.dropped.get(topic) else "")
+            for topic in summary.sent
+        ),
+        "pods: " + ", ".join(f"{status} {n}" for status, n in summary.status_counts().items()),
+    ]
+    if len(summary.pods) <= PODS_LISTED:
+        width = max((len(name) for name in summary.pods), default=0)
+        for name, status in summary.pods.items():
+            why = summary.unschedulable.get(name)
+            lines.append(f"  {name:<{width}}  {status}" + (f"  ({why})" if why else ""))
+    return "\n".join(lines)
+
+
+def run(settings: Settings, options: SimulateOptions) -> int:
+    """Simulate until the duration ends or SIGTERM/SIGINT; print the summary."""
+    try:
+        scenario = load(
+            options.scenario,
+            nodes=options.nodes,
+            gpus_per_node=options.gpus_per_node,
+            seed=options.seed,
+        )
+    except ScenarioError as exc:
+        raise SimulateStartError(str(exc)) from exc
+    if options.check_topics:
+        _check_topics(settings)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        summary = run_simulation(
+            settings,
+            scenario,
+            speed=options.speed,
+            duration_s=options.duration_s,
+            until_s=options.until_s,
+            stop_event=stop,
+            epoch_s=options.epoch_s,
+            serve_metrics=options.metrics,
+        )
+    except MetricsPortError as exc:
+        raise SimulateMetricsError(
+            f"{exc}; stop what listens there, set another port, or pass --no-metrics"
+        ) from exc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(format_summary(summary), flush=True)
+    return 0

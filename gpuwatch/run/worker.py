@@ -1,0 +1,202 @@
+"""`gpuwatch worker`: checks the topics, creates the internal tick topic and runs the Faust app."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from gpuwatch.kafka import ADMIN_TIMEOUT_MS, TopicAdminError, describe_topics
+from schemas.settings import Settings
+from streams.faust.app import WorkerOptions, WorkerRuntime, build
+from streams.faust.tick_timer import tick_topic_name
+
+if TYPE_CHECKING:
+    from gpuwatch.run.worker_sinks import RedisWriter
+
+__all__ = ["TICK_RETENTION_MS", "WorkerStartError", "ensure_tick_topic", "run"]
+
+log = logging.getLogger(__name__)
+
+# Ticks matter for seconds; an hour covers a worker restart that replays the last commit.
+TICK_RETENTION_MS = 3_600_000
+STOP_TIMEOUT_S = 25.0  # a clean stop takes seconds; Kubernetes kills after 30 s
+EXIT_STUCK = 3  # exit status when the stop had to be forced
+
+
+class WorkerStartError(Exception):
+    """The worker cannot start: Kafka away, or the topics missing or wrongly partitioned."""
+
+
+def check_topics(settings: Settings) -> None:
+    """Every public topic exists with the partition count of the settings."""
+    try:
+        rows = describe_topics(settings)
+    except TopicAdminError as exc:
+        raise WorkerStartError(f"{exc}; is the stack up (`gpuwatch stack up`)?") from exc
+    want = settings.kafka.partitions
+    bad = [row for row in rows if row.partitions != want]
+    if bad:
+        listed = ", ".join(f"{row.name} ({row.partitions or 'missing'})" for row in bad)
+        raise WorkerStartError(
+            f"topics missing or not {want} partitions: {listed}; "
+            "run `gpuwatch topics create` with the worker's settings"
+        )
+
+
+def ensure_tick_topic(settings: Settings) -> str:
+    """Create the internal tick topic unless it exists; its partition count must match."""
+    name = tick_topic_name(settings)
+    kafka = settings.kafka
+    try:
+        admin = KafkaAdminClient(
+            client_id="gpuwatch-worker-admin",
+            request_timeout_ms=ADMIN_TIMEOUT_MS,
+            **kafka.client_options(),
+        )
+    except KafkaError as exc:
+        raise WorkerStartError(f"cannot reach Kafka at {kafka.bootstrap}: {exc!r}") from exc
+    try:
+        topic = NewTopic(
+            name=name,
+            num_partitions=kafka.partitions,
+            replication_factor=kafka.replication_factor,
+            topic_configs={"cleanup.policy": "delete", "retention.ms": str(TICK_RETENTION_MS)},
+        )
+        try:
+            admin.create_topics([topic], timeout_ms=ADMIN_TIMEOUT_MS, wait_for_metadata=True)
+            log.info("topic created topic=%s partitions=%d", name, kafka.partitions)
+        except TopicAlreadyExistsError:
+            pass
+        described = admin.describe_topics([name])
+        partitions = len(described[0]["partitions"])
+    except KafkaError as exc:
+        raise WorkerStartError(f"Kafka refused the tick topic {name}: {exc!r}") from exc
+    finally:
+        admin.close()
+    if partitions != kafka.partitions:
+        raise WorkerStartError(
+            f"{name} has {partitions} partitions, the inputs have {kafka.partitions}: "
+            "delete it, the worker recreates it"
+        )
+    return name
+
+
+def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str = "WARNING") -> int:
+    """Run the worker until SIGTERM or SIGINT; the exit status."""
+    check_topics(settings)
+    ensure_tick_topic(settings)
+    options = options or WorkerOptions()
+    if options.datadir is None:
+        # Faust wants a data directory even when every table lives in memory.
+        with tempfile.TemporaryDirectory(prefix="gpuwatch-worker-") as datadir:
+            return _run(settings, dataclasses.replace(options, datadir=Path(datadir)), loglevel)
+    return _run(settings, options, loglevel)
+
+
+def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
+    import faust  # importing faust takes a second: only when the worker runs
+
+    from gpuwatch.run.worker_sinks import RedisWriter, WorkerSinks
+    from sinks.prometheus.metrics import MetricsServeError, serve
+    from streams.processors.outputs import Counters
+
+    counters = Counters()
+    if not settings.worker.sinks:
+        return _execute(faust, build(settings, options, None, counters), settings, loglevel)
+    sinks = WorkerSinks(settings, counters)
+    try:
+        server, _ = serve(settings.metrics.port, settings.metrics.bind, sinks.registry)
+    except MetricsServeError as exc:
+        raise WorkerStartError(str(exc)) from exc
+    writer = RedisWriter(settings, sinks.live)
+    writer.start()
+    try:
+        runtime = build(settings, options, sinks.hooks(), counters)
+        return _execute(faust, runtime, settings, loglevel, writer)
+    finally:
+        writer.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def _execute(
+    faust: Any,
+    runtime: WorkerRuntime,
+    settings: Settings,
+    loglevel: str,
+    writer: RedisWriter | None = None,
+) -> int:
+    # Logging stays as the CLI set it up (one format for every verb): mode would replace
+    # the root handlers with its own, filtered at the Faust log level.
+    worker: Any = faust.Worker(
+        runtime.app, loglevel=loglevel, quiet=True, redirect_stdouts=False, override_logging=False
+    )
+    worker.spinner = None  # it draws on stdout even when quiet
+    worker._on_sigterm = _bounded(worker._on_sigterm)
+    worker._on_sigint = _bounded(worker._on_sigint)
+    log.info(
+        "worker starting app_id=%s prefix=%s partitions=%d redis=%s metrics=%s",
+        settings.kafka.app_id,
+        settings.kafka.topic_prefix,
+        settings.kafka.partitions,
+        "off" if writer is None else writer.redis.target,
+        "off" if writer is None else f"{settings.metrics.bind}:{settings.metrics.port}",
+    )
+    code = 0
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    if runtime.app.crash_reason is not None:
+        code = code or 1
+    log.info("worker stopped %s", summary(runtime, writer))
+    return code
+
+
+def _bounded(stop: Callable[[], None]) -> Callable[[], None]:
+    """A signal handler that stops the worker, and ends the process if stopping hangs.
+
+    aiokafka can hang for ever in a consumer group's heartbeat loop when a rebalance starts
+    while the worker stops (every replica of a rollout stops at once). Ending the process
+    then is as safe as a crash: outputs are acknowledged before the state that made them is
+    stored, and inputs after the last commit are processed again.
+    """
+
+    def on_signal() -> None:
+        timer = threading.Timer(STOP_TIMEOUT_S, _force_exit)
+        timer.daemon = True
+        timer.start()
+        stop()
+
+    return on_signal
+
+
+def _force_exit() -> None:
+    log.error("worker did not stop within %.0f s; exiting", STOP_TIMEOUT_S)
+    logging.shutdown()
+    os._exit(EXIT_STUCK)
+
+
+def summary(runtime: WorkerRuntime, writer: RedisWriter | None = None) -> str:
+    """The counters as key=value fields."""
+    c = runtime.counters
+    text = (
+        f"events={c.events} deadletter={c.deadletter} late={c.late} "
+        f"duplicates={c.duplicates} ticks={c.ticks} ticks_sent={runtime.ticks.sent}"
+    )
+    if writer is not None:
+        text += (
+            f" redis_written={writer.written} redis_rejected={writer.rejected}"
+            f" redis_kafka_errors={writer.kafka_errors}"
+        )
+    return text

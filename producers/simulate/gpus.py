@@ -1,0 +1,321 @@
+"""Simulated GPUs whose readings follow a workload model: the node agent's `--backend sim`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from producers.agent.readings import DeviceReading, ProcessReading, ReadResult
+from schemas.ids import GpuUuid
+
+__all__ = ["GPU_MODELS", "SimGpu", "SimReader", "SimWorkload", "WorkloadKind"]
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+CONTEXT_OVERHEAD_BYTES = 8 * MIB  # used but in no process's figure: H100 20 MiB/3, L40S 16 MiB/2
+MEM_UTIL_PER_SM = 0.3  # memory-controller busy per SM busy; gpu_burn shows 0.11, training more
+TEMP_IDLE_C, TEMP_FULL_C = 40, 65  # H100 capture: 41 C idle, 59-65 C at 100 %
+INFERENCE_PEAK_S = 15 * 3600.0  # daily load peaks at 15:00 UTC, trough 12 h later
+INFERENCE_FLOOR = 0.15  # night load as a share of the peak
+BACKOFF_START_S, BACKOFF_MAX_S = 10.0, 300.0  # kubelet CrashLoopBackOff: 10 s doubling to 5 min
+DEV_BUSY_SHARE = 0.3  # a dev pod runs kernels about a third of the time: edit, run, read
+DEV_PERIOD_S = (120.0, 300.0)  # one edit-run-read cycle of a developer
+
+WorkloadKind = Literal["training", "inference", "notebook", "idle", "crashloop", "dev"]
+PEAK_PCT = {
+    "training": (85.0, 98.0),
+    "inference": (55.0, 80.0),
+    "crashloop": (5.0, 30.0),
+    "dev": (20.0, 60.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """Product figures from the recorded captures (total memory as nvidia-smi reports it)."""
+
+    name: str
+    mem_total_bytes: int
+    power_idle_w: float
+    power_max_w: float
+
+
+GPU_MODELS = {
+    "h100": GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, 70.0, 700.0),
+    "h200": GpuModel("NVIDIA H200", 143771 * MIB, 78.0, 700.0),
+    "l40s": GpuModel("NVIDIA L40S", 46068 * MIB, 37.0, 350.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    """A GPU, or a MIG instance of one when `parent_uuid` is set (its power is the parent's)."""
+
+    uuid: str
+    index: int
+    model: str
+    mem_total_bytes: int
+    power_idle_w: float
+    power_max_w: float
+    parent_uuid: str | None = None
+    mig_profile: str | None = None
+    mps: bool = False
+    """An MPS daemon serves it: its processes are MPS clients (`DeviceReading.mps`)."""
+
+    @classmethod
+    def preset(cls, model: str, uuid: str, index: int) -> SimGpu:
+        """A whole GPU of a `GPU_MODELS` product."""
+        m = GPU_MODELS[model]
+        return cls(uuid, index, m.name, m.mem_total_bytes, m.power_idle_w, m.power_max_w)
+
+
+@dataclass(frozen=True, slots=True)
+class SimWorkload:
+    """One process on one GPU or MIG instance.
+
+    training: ~85-98 % with a data-loader pause to ~0 for 2-6 s every 40-90 s; inference: a
+    daily curve peaking at 15:00 UTC; notebook and idle: memory held, 0 %; crashloop: runs
+    15-45 s, exits, and is back after the kubelet's back-off (10 s doubling to 300 s); dev:
+    bursts of 20-60 % for DEV_BUSY_SHARE of a 2-5 minute cycle, 0 % in between.
+    """
+
+    pid: int
+    gpu_uuid: str
+    kind: WorkloadKind
+    mem_bytes: int
+    start_s: float | None = None
+    """Wall time the process starts; None: when it is added."""
+    peak_util_pct: float | None = None
+    """Training plateau, inference daily peak, crashloop level while up; None: drawn."""
+    up_s: float | None = None
+    """crashloop: seconds up before each crash; None: drawn (15-45 s)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(WorkloadKind) or self.mem_bytes < 0:
+            raise ValueError(f"unknown workload kind {self.kind!r} or negative memory")
+
+
+@dataclass(slots=True)
+class _Run:
+    """A workload with the parameters drawn for it when it was added."""
+
+    w: SimWorkload
+    start: float
+    peak: float
+    period: float  # training: pause cycle; crashloop: time up before each crash
+    pause: float
+    phase: float
+
+
+class SimReader:
+    """A `GpuReader` over simulated GPUs: deterministic for a seed and the times `now` returns.
+
+    Utilization is the sum of the processes' SM% (scaled to 100 when they ask more, as time-
+    slicing shares); power and temperature follow it. Used memory: the processes' plus
+    CONTEXT_OVERHEAD_BYTES each. MIG instances report utilization and per-process memory and
+    SM% as None, as drivers do; the parent has their memory, and power by their activity.
+    """
+
+    def __init__(
+        self,
+        gpus: Iterable[SimGpu],
+        workloads: Iterable[SimWorkload] = (),
+        *,
+        seed: int = 0,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._now = now
+        self._rng = random.Random(seed)
+        self._gpus = {gpu.uuid: gpu for gpu in gpus}
+        self._children: dict[str, list[SimGpu]] = {}
+        for gpu in self._gpus.values():
+            if gpu.parent_uuid is not None:
+                self._children.setdefault(gpu.parent_uuid, []).append(gpu)
+        if unknown := set(self._children) - set(self._gpus):
+            raise ValueError(f"MIG instances of unknown GPUs {sorted(unknown)}")
+        self._roots = [gpu for gpu in self._gpus.values() if gpu.parent_uuid is None]
+        self._runs: dict[str, list[_Run]] = {uuid: [] for uuid in self._gpus}
+        self._idle: dict[str, DeviceReading] = {}
+        self._pids: dict[int, _Run] = {}
+        self._xids: dict[str, list[int]] = {}
+        self._lost: set[str] = set()
+        for workload in workloads:
+            self.add_workload(workload)
+
+    def add_workload(self, w: SimWorkload) -> None:
+        """Start a process; ValueError if the pid is taken, the GPU unknown or out of memory."""
+        gpu = self._gpus.get(w.gpu_uuid)
+        if w.pid in self._pids or gpu is None or gpu.uuid in self._children:
+            raise ValueError(f"pid {w.pid} runs already, or {w.gpu_uuid} cannot run processes")
+        runs = self._runs[gpu.uuid]
+        held = sum(r.w.mem_bytes for r in runs) + (len(runs) + 1) * CONTEXT_OVERHEAD_BYTES
+        if held + w.mem_bytes > gpu.mem_total_bytes:
+            raise ValueError(f"pid {w.pid} does not fit in the memory of {gpu.uuid}")
+        rng = self._rng
+        low, high = PEAK_PCT.get(w.kind, (0.0, 0.0))
+        if w.kind == "crashloop":
+            period = rng.uniform(15.0, 45.0)
+            period = period if w.up_s is None else w.up_s
+        elif w.kind == "dev":
+            period = rng.uniform(*DEV_PERIOD_S)
+        else:
+            period = rng.uniform(40.0, 90.0)
+        cyclic = w.kind in ("training", "dev")
+        run = _Run(
+            w=w,
+            start=self._now() if w.start_s is None else w.start_s,
+            peak=rng.uniform(low, high) if w.peak_util_pct is None else w.peak_util_pct,
+            period=period,
+            pause=rng.uniform(2.0, 6.0),
+            phase=rng.uniform(0.0, period) if cyclic else rng.uniform(-1, 1) * 3600,
+        )
+        runs.append(run)
+        self._pids[w.pid] = run
+        log.debug("sim workload started pid=%d gpu=%s kind=%s", w.pid, w.gpu_uuid, w.kind)
+
+    def remove_workload(self, pid: int) -> bool:
+        """Stop a process; False if no such pid runs."""
+        run = self._pids.pop(pid, None)
+        if run is not None:
+            self._runs[run.w.gpu_uuid].remove(run)
+        return run is not None
+
+    def inject_xid(self, uuid: str, code: int) -> None:
+        """An Xid on a physical GPU, reported by the next read."""
+        self._xids.setdefault(uuid, []).append(code)
+
+    def set_lost(self, uuid: str, lost: bool = True) -> None:
+        """A lost GPU is left out of reads with an error line, as NvmlReader does."""
+        (self._lost.add if lost else self._lost.discard)(uuid)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def read(self) -> ReadResult:
+        """Every GPU and MIG instance at `now()`."""
+        t = self._now()
+        devices: list[DeviceReading] = []
+        errors: list[str] = []
+        for gpu in self._roots:
+            if gpu.uuid in self._lost:
+                errors.append(f"GPU {gpu.index} {gpu.uuid}: GPU is lost")
+                continue
+            instances = self._children.get(gpu.uuid)
+            if instances is None:
+                devices.append(self._whole(gpu, t))
+                continue
+            readings = [self._instance(instance, t) for instance in instances]
+            busy = sum(u * i.mem_total_bytes for (_, u), i in zip(readings, instances, strict=True))
+            used = sum(r.mem_used_bytes for r, _ in readings)
+            devices.append(self._physical(gpu, busy / gpu.mem_total_bytes, (), used))
+            devices.extend(r for r, _ in readings)
+        return ReadResult(devices=tuple(devices), errors=tuple(errors))
+
+    def _running(self, gpu: SimGpu, t: float) -> tuple[list[tuple[int, int, float]], float, int]:
+        """(pid, memory, SM%) of the processes running at `t`, their SM% sum and used memory."""
+        running: list[tuple[int, int, float]] = []
+        total, used = 0.0, 0
+        for run in self._runs[gpu.uuid]:
+            sm = self._sm(run, t)
+            if sm is not None:
+                running.append((run.w.pid, run.w.mem_bytes, sm))
+                total += sm
+                used += run.w.mem_bytes + CONTEXT_OVERHEAD_BYTES
+        return running, total, used
+
+    def _whole(self, gpu: SimGpu, t: float) -> DeviceReading:
+        if not self._runs[gpu.uuid] and gpu.uuid not in self._xids:
+            if gpu.uuid not in self._idle:  # an idle GPU reads the same every tick
+                self._idle[gpu.uuid] = self._physical(gpu, 0.0, (), 0)
+            return self._idle[gpu.uuid]
+        running, total, used = self._running(gpu, t)
+        scale = 100.0 / total if total > 100.0 else 1.0  # time-slicing shares one device
+        processes = tuple([ProcessReading(pid, mem, sm * scale) for pid, mem, sm in running])
+        return self._physical(gpu, min(total, 100.0), processes, used)
+
+    def _instance(self, gpu: SimGpu, t: float) -> tuple[DeviceReading, float]:
+        """A MIG instance's reading, and its true utilization (%) for the parent's power."""
+        running, total, used = self._running(gpu, t)
+        reading = DeviceReading(
+            uuid=GpuUuid(gpu.uuid),
+            index=gpu.index,
+            model=gpu.model,
+            parent_uuid=GpuUuid(gpu.parent_uuid) if gpu.parent_uuid else None,
+            mig_profile=gpu.mig_profile,
+            mig_enabled=True,
+            util_pct=None,
+            mem_util_pct=None,
+            mem_used_bytes=used,
+            mem_total_bytes=gpu.mem_total_bytes,
+            power_w=None,
+            temp_c=None,
+            xid_errors=(),
+            ecc_dbe=None,
+            processes=tuple([ProcessReading(pid, None, None) for pid, _, _ in running]),
+            mps=gpu.mps and bool(running),
+        )
+        return reading, min(100.0, total)
+
+    def _physical(
+        self, gpu: SimGpu, util: float, processes: tuple[ProcessReading, ...], used: int
+    ) -> DeviceReading:
+        mig = gpu.uuid in self._children  # utilization N/A, as drivers report under MIG
+        return DeviceReading(
+            uuid=GpuUuid(gpu.uuid),
+            index=gpu.index,
+            model=gpu.model,
+            parent_uuid=None,
+            mig_profile=None,
+            mig_enabled=mig,
+            util_pct=None if mig else util,
+            mem_util_pct=None if mig else util * MEM_UTIL_PER_SM,
+            mem_used_bytes=used,
+            mem_total_bytes=gpu.mem_total_bytes,
+            power_w=gpu.power_idle_w + (gpu.power_max_w - gpu.power_idle_w) * util / 100.0,
+            temp_c=int(TEMP_IDLE_C + (TEMP_FULL_C - TEMP_IDLE_C) * util / 100.0 + 0.5),
+            xid_errors=tuple(self._xids.pop(gpu.uuid, ())),
+            ecc_dbe=0,
+            processes=processes,
+            mps=gpu.mps and bool(processes),
+        )
+
+    def _sm(self, run: _Run, t: float) -> float | None:
+        """SM% of a process at `t`; None while it is not running."""
+        elapsed = t - run.start
+        if elapsed < 0:
+            return None
+        kind, noise = run.w.kind, self._rng.random()
+        if kind == "training":
+            if (elapsed + run.phase) % run.period < run.pause:
+                return noise * 2.0  # data-loader pause
+            return min(100.0, run.peak + noise * 4.0 - 2.0)
+        if kind == "inference":
+            wave = (1.0 + math.cos(2 * math.pi * (t - INFERENCE_PEAK_S + run.phase) / 86_400.0)) / 2
+            load = INFERENCE_FLOOR + (1.0 - INFERENCE_FLOOR) * wave
+            return max(0.0, min(100.0, run.peak * load + noise * 6.0 - 3.0))
+        if kind == "crashloop":
+            return run.peak * noise if _crashloop_up(elapsed, run.period) else None
+        if kind == "dev":
+            if (elapsed + run.phase) % run.period < run.period * DEV_BUSY_SHARE:
+                return run.peak * (0.5 + noise / 2)
+            return 0.0
+        return 0.0  # notebook, idle: memory held, no kernels
+
+
+def _crashloop_up(elapsed: float, up_s: float) -> bool:
+    """Whether a process that crashes after `up_s` each time runs `elapsed` s after its start."""
+    backoff = BACKOFF_START_S
+    while backoff < BACKOFF_MAX_S:
+        if elapsed < up_s:
+            return True
+        elapsed -= up_s + backoff
+        if elapsed < 0:
+            return False
+        backoff *= 2
+    return elapsed % (up_s + BACKOFF_MAX_S) < up_s

@@ -1,0 +1,192 @@
+"""The simulated cluster as the Kubernetes API shows it: nodes, pods and their controllers
+written to the in-process API server, one update per pod change, as the scheduler, the
+kubelet and the controllers would write them (`producers.simulate.kube.manifests`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from producers.simulate.cluster import (
+    Change,
+    ContainerCrashed,
+    ContainerStarted,
+    PodBound,
+    PodCreated,
+    PodDeleted,
+    PodFinished,
+    PodSpec,
+    PodUnschedulable,
+)
+from producers.simulate.kube import manifests as m
+from producers.simulate.kube.apiserver import FakeApiServer, rfc3339
+from producers.simulate.topology import GPU_RESOURCE, NodeLayout
+
+__all__ = ["POOL_LABEL", "KubeMirror", "node_object", "pod_object"]
+
+Obj = dict[str, Any]
+
+POOL_LABEL = "karpenter.sh/nodepool"  # allow-listed by the watcher, so pools show downstream
+NODE_AGE_S = 3 * 3600  # nodes came up three hours before the start: a day would be far behind
+# the samples, and a node's first message carries its Ready time
+IMAGES = {
+    "training": "nvcr.io/nvidia/pytorch:24.05-py3",
+    "inference": "nvcr.io/nvidia/tritonserver:24.05-py3",
+    "notebook": "quay.io/jupyter/pytorch-notebook:cuda12-2024-05-27",
+    "idle": "nvcr.io/nvidia/pytorch:24.05-py3",
+    "crashloop": "registry.example.com/ml/trainer:broken",
+    "dev": "nvcr.io/nvidia/pytorch:24.05-py3",
+}
+
+
+def node_object(node: NodeLayout, created: float) -> Obj:
+    """A Ready GPU node with the labels GPU feature discovery and the node pool write."""
+    labels = {POOL_LABEL: node.pool}
+    if node.sharing == "time-slicing":
+        labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+    if node.sharing == "mig":
+        labels["nvidia.com/mig.strategy"] = "mixed"
+    obj = m.gpu_node(
+        node.name,
+        created=created,
+        gpus=node.physical_gpus,
+        product=node.product,
+        instance_type=node.instance_type,
+        labels=labels,
+    )
+    meta_labels = obj["metadata"]["labels"]
+    meta_labels["nvidia.com/gpu.replicas"] = str(node.replicas)
+    for resource, count in node.capacity.items():
+        for section in ("capacity", "allocatable"):
+            obj["status"][section][resource] = str(count)
+    return obj
+
+
+def pod_object(spec: PodSpec, epoch: float) -> Obj:
+    """A pod as created: its request, labels, owner, node selector, Pending."""
+    pod = m.gpu_pod(
+        spec.name,
+        spec.namespace,
+        created=epoch + spec.created_s,
+        gpus={spec.resource: max(spec.count, 1)},
+        labels=spec.labels,
+        owner=spec.owner,
+        priority_class=spec.priority_class,
+        container=spec.container,
+        image=IMAGES[spec.kind],
+        restart_policy=spec.restart_policy,
+    )
+    pod["metadata"]["uid"] = spec.uid
+    container = pod["spec"]["containers"][0]
+    if spec.count == 0:  # a pod without a GPU request: CPU and memory only
+        resources = {"cpu": "4", "memory": "16Gi"}
+        container["resources"] = {"limits": dict(resources), "requests": dict(resources)}
+    if spec.unallocated_gpus:  # how it reaches GPUs it was never given
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    if spec.pool is not None:
+        pod["spec"]["nodeSelector"] = {POOL_LABEL: spec.pool}
+    pod["spec"]["tolerations"] = [
+        {"effect": "NoSchedule", "key": GPU_RESOURCE, "operator": "Exists"}
+    ]
+    return pod
+
+
+def _controller(spec: PodSpec) -> tuple[str, Obj] | None:
+    """The Job or ReplicaSet (of its Deployment) the pod's owner reference names."""
+    if spec.owner is None or spec.owner[0] not in ("Job", "ReplicaSet"):
+        return None
+    kind, name = spec.owner
+    meta: Obj = {"name": name, "namespace": spec.namespace, "labels": dict(spec.labels)}
+    if kind == "ReplicaSet":
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "blockOwnerDeletion": True,
+                "controller": True,
+                "kind": "Deployment",
+                "name": spec.workload,
+                "uid": f"owner-deployment-{spec.workload}",
+            }
+        ]
+        return "replicasets", {"metadata": meta, "spec": {"replicas": 1}}
+    return "jobs", {"metadata": meta, "spec": {"backoffLimit": 0}}
+
+
+class KubeMirror:
+    """Writes the cluster's changes to the API server; `epoch` turns simulated seconds into
+    epoch seconds."""
+
+    def __init__(self, api: FakeApiServer, epoch: float) -> None:
+        self.api = api
+        self.epoch = epoch
+        self._pods: dict[str, Obj] = {}
+        self._controllers: set[tuple[str, str, str]] = set()
+
+    def create_nodes(self, nodes: Iterable[NodeLayout]) -> None:
+        """Every node, Ready since a week before the epoch."""
+        for node in nodes:
+            self.api.create("nodes", node_object(node, self.epoch - NODE_AGE_S))
+
+    def apply(self, change: Change) -> None:
+        """One pod change as the API update that shows it; process changes are not the API's."""
+        if isinstance(change, PodCreated):
+            self._create(change.spec)
+            return
+        pod = self._pods.get(change.uid)
+        if pod is None:
+            return  # a process change, or a pod this mirror never saw
+        at = self.epoch + change.at
+        if isinstance(change, PodUnschedulable):
+            new = m.unschedulable(pod, at, change.message)
+        elif isinstance(change, PodBound):
+            new = m.pulling(m.bound(pod, change.node, at), at)
+        elif isinstance(change, ContainerStarted):
+            new = m.running(pod, at)
+        elif isinstance(change, ContainerCrashed):
+            new = m.crash_looping(pod, at, exit_code=change.exit_code, reason=change.reason)
+            _backoff_message(new, pod, change.backoff_s)
+        elif isinstance(change, PodFinished):
+            if change.phase == "Succeeded":
+                new = m.succeeded(pod, at)
+            else:
+                new = m.failed(pod, at, reason=change.reason, exit_code=change.exit_code)
+        elif isinstance(change, PodDeleted):
+            meta = pod["metadata"]
+            self.api.delete("pods", meta["namespace"], meta["name"])
+            del self._pods[change.uid]
+            return
+        else:
+            return
+        self._pods[change.uid] = self.api.update("pods", new)
+
+    def _create(self, spec: PodSpec) -> None:
+        controller = _controller(spec)
+        if controller is not None:
+            resource, obj = controller
+            key = (resource, spec.namespace, obj["metadata"]["name"])
+            if key not in self._controllers:
+                self._controllers.add(key)
+                obj["metadata"]["creationTimestamp"] = rfc3339(self.epoch + spec.created_s)
+                self.api.create(resource, obj)
+        self._pods[spec.uid] = self.api.create("pods", pod_object(spec, self.epoch))
+
+
+def _backoff_message(pod: Obj, before: Obj, backoff_s: float) -> None:
+    """The kubelet's message names the back-off in force, 10 s doubling to 5 minutes."""
+    name = before["metadata"]["name"]
+    namespace = before["metadata"]["namespace"]
+    uid = before["metadata"]["uid"]
+    for status in pod["status"]["containerStatuses"]:
+        waiting = copy.deepcopy(status["state"].get("waiting") or {})
+        if waiting.get("reason") == "CrashLoopBackOff":
+            waiting["message"] = (
+                f"back-off {_duration(backoff_s)} restarting failed "
+                f"container={status['name']} pod={name}_{namespace}({uid})"
+            )
+            status["state"] = {"waiting": waiting}
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"

@@ -1,0 +1,345 @@
+"""The worker's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
+
+Cardinality is bounded: label names are fixed (team is the one pod label read), values are
+cleaned, a finished pod's series go after `finished_grace_s`, and pods, GPUs and counter
+label sets each have a cap; refused updates count in `gpuwatch_metrics_series_dropped_total`.
+
+Each worker exports what it processes: pods of its pod-uid partitions (lifecycle, usage,
+attribution), GPUs of its node partitions (samples, windows), so sums over workers count
+everything once. On a rebalance call `forget(pods=..., gpus=...)` for what was revoked and
+re-observe the lifecycle state of the pods assigned.
+
+Window-derived counters are replay-safe: the newest `window_start` counted per pod and per
+GPU is kept, and only later windows add. Limits: an older window arriving after a newer
+one is not counted (windows close in order, so only a replay does this); the marks live
+in this process, so records re-consumed after a restart, or by a new owner after a
+rebalance, count again; marks of the least recently seen pods and GPUs are forgotten past
+`2 * max_pod_series` and `max_gpu_series` keys.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from schemas.alert import Alert
+from schemas.attribution import Attribution
+from schemas.gpu_window import GpuWindow
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.pod_usage import PodUsage
+from sinks.prometheus.collector import (
+    GPU_LABELS,
+    POD_LABELS,
+    GpuSeries,
+    MetricsServeError,
+    PodSeries,
+    Snapshot,
+    WorkerCollector,
+    clean,
+    label_text,
+    serve,
+)
+
+__all__ = ["Marks", "MetricsServeError", "PipelineCounts", "WorkerMetrics", "serve"]
+
+GPU_STALE_S = 30.0  # GPU gauges hide 30 s after the last sample: the node's telemetry is missing
+STALE_POD_S = 86_400.0  # a pod with no record for a day is forgotten (its finish was lost)
+SWEEP_EVERY_S = 10.0  # full scans for quiet pods and GPUs at most this often, not every scrape
+_NOBODY: AbstractSet[str] = frozenset()
+_COUNTERS = ("cost_usd", "waste_usd", "events", "deadletter", "alerts")
+
+
+PipelineCounts = dict[str, dict[tuple[str, ...], float]]
+"""Counters kept by the stream processors, by family name (`gpuwatch_events`...) and labels;
+added to this object's own at scrape time."""
+
+
+class Marks:
+    """The newest mark (window start, event time) seen per key, for the latest `size` keys."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._seen: OrderedDict[str, int] = OrderedDict()
+
+    def last(self, key: str) -> int | None:
+        """The key's newest mark; None when unknown or forgotten."""
+        return self._seen.get(key)
+
+    def advance(self, key: str, mark: int) -> bool:
+        """True, remembering `mark`, when it is newer than the key's last; False for a replay."""
+        last = self._seen.get(key)
+        if last is not None and mark <= last:
+            return False
+        self._seen[key] = mark
+        self._seen.move_to_end(key)
+        if len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+        return True
+
+
+class WorkerMetrics:
+    """Metric state of one worker process, rendered by a custom collector at scrape time."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_pod_series: int = 50_000,
+        max_gpu_series: int = 100_000,
+        max_label_sets: int = 10_000,
+        finished_grace_s: float = 300.0,
+        gpu_stale_s: float = GPU_STALE_S,
+        team_label: str = "team",
+        clock: Callable[[], float] = time.monotonic,
+        pipeline: Callable[[], PipelineCounts] | None = None,
+    ) -> None:
+        self.registry = REGISTRY if registry is None else registry
+        self._pipeline = pipeline
+        self._max_pods, self._max_gpus = max_pod_series, max_gpu_series
+        self._max_sets = max_label_sets
+        self._grace_s, self._gpu_stale_s, self._team = finished_grace_s, gpu_stale_s, team_label
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodSeries] = {}
+        self._finished: OrderedDict[str, float] = OrderedDict()  # uid -> clock when finished
+        self._removed = Marks(2 * max_pod_series)  # uid -> finish ts: replays do not revive it
+        self._gpus: dict[str, GpuSeries] = {}
+        self._pod_marks, self._gpu_marks = Marks(2 * max_pod_series), Marks(max_gpu_series)
+        self._alert_marks = Marks(max_label_sets)
+        self._counters: dict[str, dict[tuple[str, ...], float]] = {n: {} for n in _COUNTERS}
+        self._dropped = {"pod": 0.0, "gpu": 0.0, "label_set": 0.0}
+        self._lag_s: float | None = None
+        self._stream_ms = 0
+        self._swept = float("-inf")
+        self.registry.register(WorkerCollector(self.snapshot))
+
+    def observe_lifecycle(self, rec: PodLifecycle) -> None:
+        """The pod's state from a transition; one older than the state shown is ignored."""
+        now, team = self._clock(), rec.labels.get(self._team)
+        with self._lock:
+            self._advance(rec.ts)
+            labels = (clean(rec.namespace), clean(rec.pod), clean(team), clean(rec.node))
+            pod = self._pod(rec.uid, labels, now, rec.ts)
+            if pod is None or rec.ts < pod.state_ts:
+                return
+            if labels != pod.labels:
+                pod.labels, pod.text = labels, label_text(POD_LABELS, labels)
+            spent = {"queued": rec.queued_ms, "running": rec.running_ms, "stalled": rec.stalled_ms}
+            pod.state, pod.state_ts = rec.to_state, rec.ts
+            pod.state_base_ms = spent.get(rec.to_state, 0)
+            if rec.to_state == "finished":
+                self._finished[rec.uid] = now
+                self._finished.move_to_end(rec.uid)
+            else:
+                self._finished.pop(rec.uid, None)
+
+    def observe_usage(self, rec: PodUsage) -> None:
+        """Live share and VRAM of a pod already known from its lifecycle or attribution."""
+        now = self._clock()
+        with self._lock:
+            self._advance(rec.end_ts)
+            pod = self._pods.get(rec.uid)
+            if pod is None:
+                return
+            pod.touched = now
+            for gpu in rec.gpus:
+                pod.put_gpu(gpu.uuid, gpu.model, gpu.share_mean, gpu.vram_peak_bytes, rec.end_ts)
+
+    def observe_attribution(self, rec: Attribution) -> None:
+        """Cost and waste of a closed window (once per identity), and the pod's share and VRAM."""
+        now, team = self._clock(), rec.labels.get(self._team)
+        with self._lock:
+            self._advance(rec.window_end)
+            if self._pod_marks.advance(rec.uid, rec.window_start):
+                key = (clean(rec.namespace), clean(team))
+                self._add("cost_usd", key, rec.cost_usd)
+                self._add("waste_usd", key, rec.waste_usd)
+            pod = self._pods.get(rec.uid)
+            if pod is None and rec.state != "finished":
+                labels = (clean(rec.namespace), clean(rec.pod), clean(team), clean(rec.node))
+                pod = self._pod(rec.uid, labels, now, rec.ts)
+            if pod is None:
+                return
+            pod.touched = now
+            for gpu in rec.gpus:
+                seconds = gpu.allocated_gpu_seconds
+                known = gpu.method != "unknown" and seconds > 0
+                share = min(1.0, gpu.used_gpu_seconds / seconds) if known else None
+                pod.put_gpu(gpu.uuid, gpu.model, share, gpu.vram_peak_bytes, rec.window_end)
+
+    def observe_gpu_window(self, rec: GpuWindow) -> None:
+        """Idle seconds of a closed GPU window, allocated and not, once per (uuid, window_start)."""
+        now = self._clock()
+        with self._lock:
+            self._advance(rec.window_end)
+            gpu = self._gpu(rec.uuid, rec.node, rec.model, now)
+            if gpu is None or not self._gpu_marks.advance(rec.uuid, rec.window_start):
+                return
+            gpu.touched = now
+            gpu.idle_allocated_s += rec.allocated_idle_seconds
+            gpu.idle_unallocated_s += max(0.0, rec.idle_seconds - rec.allocated_idle_seconds)
+
+    def observe_sample(self, sample: NvmlSample) -> None:
+        """Live utilization, allocation and unallocated access of the node's GPUs."""
+        holders: dict[str, set[str]] = {}
+        for alloc in sample.allocations:
+            for device in alloc.device_ids:
+                holders.setdefault(device, set()).add(alloc.pod_uid)
+        mig_held = {g.parent_uuid for g in sample.gpus if g.parent_uuid and g.uuid in holders}
+        now = self._clock()
+        with self._lock:
+            self._advance(sample.ts + sample.interval_ms)
+            for reading in sample.gpus:
+                gpu = self._gpu(reading.uuid, sample.node, reading.model, now)
+                if gpu is None or sample.ts < gpu.sample_ts:
+                    continue  # capped, or an older sample replayed
+                held: AbstractSet[str] = holders.get(reading.uuid, _NOBODY)
+                if reading.parent_uuid is not None:
+                    held = held | holders.get(reading.parent_uuid, _NOBODY)
+                allocated = reading.uuid in holders or reading.uuid in mig_held
+                gpu.apply(reading, held, allocated=allocated, ts=sample.ts, now=now)
+
+    def observe_alert(self, alert: Alert) -> None:
+        """Count an in-stream alert message once per (fingerprint, ts)."""
+        with self._lock:
+            self._advance(alert.ts)
+            if self._alert_marks.advance(alert.fingerprint, alert.ts):
+                self._add("alerts", (alert.name, alert.severity, alert.status), 1.0)
+
+    def count_event(self, topic: str, n: int = 1) -> None:
+        """`n` records of `topic` processed."""
+        with self._lock:
+            self._add("events", (clean(topic),), float(n))
+
+    def count_deadletter(self, topic: str, reason_class: str) -> None:
+        """One record of `topic` dead-lettered; `reason_class` is a short, bounded word."""
+        with self._lock:
+            self._add("deadletter", (clean(topic), clean(reason_class)), 1.0)
+
+    def set_lag(self, seconds: float) -> None:
+        """Wall time minus the event time processed; negative (clock skew) reads as 0."""
+        with self._lock:
+            self._lag_s = max(0.0, seconds)
+
+    def forget(
+        self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[str] = ()
+    ) -> None:
+        """Drop the series of pods (uids), GPUs (uuids) and nodes' GPUs of revoked partitions."""
+        gone_nodes = set(nodes)
+        with self._lock:
+            for uid in pods:
+                self._pods.pop(uid, None)
+                self._finished.pop(uid, None)
+            for uuid in gpus:
+                self._gpus.pop(uuid, None)
+            if gone_nodes:
+                for uuid in [u for u, g in self._gpus.items() if g.node_raw in gone_nodes]:
+                    del self._gpus[uuid]
+
+    def expire(self, now: float | None = None) -> None:
+        """Remove finished pods past their grace, and pods and GPUs gone quiet."""
+        with self._lock:
+            self._expire(self._clock() if now is None else now)
+
+    def snapshot(self) -> Snapshot:
+        """Expire, then copy out what a scrape renders (the collector calls it)."""
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            counters = {f"gpuwatch_{n}": dict(v) for n, v in self._counters.items()}
+            for name, values in (self._pipeline() if self._pipeline else {}).items():
+                family = counters.setdefault(name, {})
+                for key, value in values.items():
+                    family[key] = family.get(key, 0.0) + value
+            sets = sum(len(values) for values in self._counters.values())
+            counters["gpuwatch_metrics_series_dropped"] = {
+                (k,): n for k, n in self._dropped.items()
+            }
+            counters["gpuwatch_metrics_tracked"] = {
+                ("pod",): len(self._pods), ("gpu",): len(self._gpus), ("label_set",): sets
+            }  # fmt: skip
+            if self._lag_s is not None:
+                counters["gpuwatch_pipeline_lag_seconds"] = {(): self._lag_s}
+            stream, live = self._stream_ms, now - self._gpu_stale_s
+            pods = [
+                (p.labels, p.text, p.state, (p.state_base_ms + max(0, stream - p.state_ts)) / 1e3,
+                 tuple((g.labels, g.text, g.share, g.memory_bytes) for g in p.gpus.values()))
+                for p in self._pods.values()
+            ]  # fmt: skip
+            gpus = [
+                (g.labels, g.text, g.sampled >= live, g.utilization, g.allocated,
+                 g.unallocated_access, g.idle_allocated_s, g.idle_unallocated_s)
+                for g in self._gpus.values()
+            ]  # fmt: skip
+            return Snapshot(pods=pods, gpus=gpus, counters=counters)
+
+    # Below: called with the lock held.
+
+    def _advance(self, ts_ms: int) -> None:
+        self._stream_ms = max(self._stream_ms, ts_ms)
+
+    def _add(self, name: str, key: tuple[str, ...], amount: float) -> None:
+        values = self._counters[name]
+        if key in values:
+            values[key] += amount
+        elif sum(len(v) for v in self._counters.values()) < self._max_sets:
+            values[key] = amount
+        else:
+            self._dropped["label_set"] += 1
+
+    def _pod(
+        self, uid: str, labels: tuple[str, str, str, str], now: float, ts: int
+    ) -> PodSeries | None:
+        pod = self._pods.get(uid)
+        if pod is None:
+            finished = self._removed.last(uid)
+            if finished is not None and ts <= finished:
+                return None  # a replayed record of a pod already finished and removed
+            if len(self._pods) >= self._max_pods and not self._evict_finished():
+                self._dropped["pod"] += 1
+                return None
+            pod = self._pods[uid] = PodSeries(labels, now)
+        pod.touched = now
+        return pod
+
+    def _gpu(self, uuid: str, node: str, model: str, now: float) -> GpuSeries | None:
+        gpu = self._gpus.get(uuid)
+        if gpu is not None and gpu.node_raw == node and gpu.model_raw == model:
+            return gpu
+        if gpu is None and len(self._gpus) >= self._max_gpus:
+            self._dropped["gpu"] += 1
+            return None
+        labels = (clean(node), clean(uuid), clean(model))
+        if gpu is None:
+            gpu = self._gpus[uuid] = GpuSeries(labels, node, model, touched=now)
+        else:
+            gpu.labels, gpu.node_raw, gpu.model_raw = labels, node, model
+            gpu.text = label_text(GPU_LABELS, labels)
+        return gpu
+
+    def _evict_finished(self) -> bool:
+        if not self._finished:
+            return False
+        uid, _ = self._finished.popitem(last=False)
+        pod = self._pods.pop(uid, None)
+        if pod is not None:
+            self._removed.advance(uid, pod.state_ts)
+        return True
+
+    def _expire(self, now: float) -> None:
+        while self._finished and now - next(iter(self._finished.values())) >= self._grace_s:
+            self._evict_finished()
+        if now - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = now
+        for uid in [u for u, p in self._pods.items() if now - p.touched >= STALE_POD_S]:
+            del self._pods[uid]
+            self._finished.pop(uid, None)
+        for uuid in [u for u, g in self._gpus.items() if now - g.touched >= self._grace_s]:
+            del self._gpus[uuid]

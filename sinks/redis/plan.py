@@ -1,0 +1,376 @@
+"""Turns a batch of derived records into Redis script calls: pure, deterministic, no I/O.
+
+Every write is a Lua script call (redis_sink.py holds the scripts) so that each one is a
+conditional upsert keyed by the record's identity: a replayed record changes nothing and
+an older record never overwrites newer state. Arguments are strings formatted here once,
+so the same batch always plans the same commands (the unit tests compare them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+import msgspec
+
+from schemas.alert import Alert
+from schemas.attribution import Attribution
+from schemas.fields import Sharing
+from schemas.gpu_window import GpuWindow
+from schemas.ids import GpuUuid, NodeName, PodUid
+from schemas.nvml_sample import GpuReading, NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from sinks.redis.keys import RedisKeys
+
+__all__ = [
+    "GPU_LIVE_CHUNK",
+    "Command",
+    "GpuLive",
+    "PlanOptions",
+    "ScriptName",
+    "SinkRecord",
+    "gpu_live",
+    "gpu_live_states",
+    "plan",
+    "plan_live",
+]
+
+ScriptName = Literal[
+    "pod_transition",
+    "pod_window",
+    "timeline_add",
+    "alert_state",
+    "hset_if_newer",
+    "gpu_live",
+    "positions",
+]
+NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
+GPU_LIVE_CHUNK = 500
+"""GPUs per `gpu_live` call: one call is one round of Lua in Redis, short enough (about a
+millisecond) not to hold other clients up, long enough that the calls of a 40,000-GPU
+fleet's second are few."""
+
+
+class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
+    """The live state of one GPU after a node sample: what `gpuwatch:gpu:{uuid}` shows.
+
+    `ts` is the end of the sampled interval (the reading is as of then); `idle_since` is the
+    event time the GPU's current idle run began (None while busy or unknown), tracked by the
+    worker; `pods` are the pods allocated on it or computing on it.
+    """
+
+    uuid: GpuUuid
+    node: NodeName
+    model: str
+    sharing: Sharing
+    parent_uuid: GpuUuid | None
+    ts: int
+    util_pct: float | None
+    mem_used_bytes: int
+    mem_total_bytes: int
+    pods: tuple[PodUid, ...]
+    idle_since: int | None
+
+
+SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | GpuLive
+
+
+class Command(NamedTuple):
+    """One call of a named Lua script: what the executor sends as EVALSHA."""
+
+    script: ScriptName
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """Where and how long: the key prefix, the finished-pod TTL and the stream caps."""
+
+    keys: RedisKeys = field(default_factory=RedisKeys)
+    finished_ttl_s: int = 86_400
+    timeline_maxlen: int = 1000  # about 1000 transitions and alerts: a pod's whole story
+    alerts_maxlen: int = 10_000  # a day of alerts of a large fleet at a few per minute
+    leaderboard_ms: int = 3_600_000  # DESIGN §5: waste over the last hour
+
+    def __post_init__(self) -> None:
+        for name in ("finished_ttl_s", "timeline_maxlen", "alerts_maxlen", "leaderboard_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+def gpu_live(
+    sample: NvmlSample, gpu: GpuReading, pods: Iterable[PodUid], idle_since: int | None
+) -> GpuLive:
+    """The live state of one GPU reading of a node sample."""
+    return GpuLive(
+        uuid=gpu.uuid,
+        node=sample.node,
+        model=gpu.model,
+        sharing=gpu.sharing,
+        parent_uuid=gpu.parent_uuid,
+        ts=sample.ts + sample.interval_ms,
+        util_pct=gpu.util_pct,
+        mem_used_bytes=gpu.mem_used_bytes,
+        mem_total_bytes=gpu.mem_total_bytes,
+        pods=tuple(sorted(set(pods))),
+        idle_since=idle_since,
+    )
+
+
+def gpu_live_states(sample: NvmlSample, idle_since: Mapping[GpuUuid, int | None]) -> list[GpuLive]:
+    """Every GPU of a node sample, each with the pods allocated on it or computing on it."""
+    holders: dict[GpuUuid, set[PodUid]] = {}
+    for allocation in sample.allocations:
+        for device in allocation.device_ids:
+            holders.setdefault(device, set()).add(allocation.pod_uid)
+    states = []
+    for gpu in sample.gpus:
+        pods = holders.get(gpu.uuid, set()) | {
+            p.pod_uid for p in gpu.processes if p.pod_uid is not None
+        }
+        states.append(gpu_live(sample, gpu, pods, idle_since.get(gpu.uuid)))
+    return states
+
+
+def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> list[Command]:
+    """The script calls that apply `batch`, in batch order.
+
+    GPU live states and GPU windows are coalesced per GPU to the newest one in the batch
+    (at 40,000 GPU-samples/s most of a batch is superseded readings); other records with
+    the same identity are planned once. The live states go out `GPU_LIVE_CHUNK` GPUs to a
+    call, where the first of them was in the batch.
+    """
+    opts = options or PlanOptions()
+    newest_gpu: dict[tuple[str, GpuUuid], tuple[int, int, GpuLive | GpuWindow]] = {}
+    planned: list[tuple[int, list[Command]]] = []
+    seen: set[tuple[object, ...]] = set()
+    for position, record in enumerate(batch):
+        if isinstance(record, GpuLive | GpuWindow):
+            slot = (type(record).__name__, record.uuid)
+            order = record.ts if isinstance(record, GpuLive) else record.window_start
+            if slot not in newest_gpu or order >= newest_gpu[slot][1]:
+                newest_gpu[slot] = (position, order, record)
+        elif (identity := _identity(record)) not in seen:
+            seen.add(identity)
+            planned.append((position, _commands(record, opts)))
+    live: list[tuple[int, GpuLive]] = []
+    for position, _, record in newest_gpu.values():
+        if isinstance(record, GpuLive):
+            live.append((position, record))
+        else:
+            planned.append((position, [_gpu_window(record, opts)]))
+    live.sort(key=lambda item: item[0])
+    for at in range(0, len(live), GPU_LIVE_CHUNK):
+        chunk = live[at : at + GPU_LIVE_CHUNK]
+        planned.append((chunk[0][0], [_gpu_live([r for _, r in chunk], opts)]))
+    planned.sort(key=lambda item: item[0])
+    return [command for _, commands in planned for command in commands]
+
+
+def plan_live(states: Sequence[GpuLive], options: PlanOptions | None = None) -> list[Command]:
+    """The calls that write live states already coalesced (at most one per GPU), in order."""
+    opts = options or PlanOptions()
+    return [
+        _gpu_live(list(states[at : at + GPU_LIVE_CHUNK]), opts)
+        for at in range(0, len(states), GPU_LIVE_CHUNK)
+    ]
+
+
+def _identity(record: PodLifecycle | Attribution | Alert) -> tuple[object, ...]:
+    """A record's identity: replays of it are the same write."""
+    if isinstance(record, PodLifecycle):
+        return ("lifecycle", record.uid, record.ts, record.from_state, record.to_state)
+    if isinstance(record, Attribution):
+        return ("attribution", record.uid, record.window_start)
+    return ("alert", record.fingerprint, record.status, record.ts)
+
+
+def _commands(record: SinkRecord, opts: PlanOptions) -> list[Command]:
+    """The script calls of one record."""
+    if isinstance(record, PodLifecycle):
+        return _lifecycle(record, opts)
+    if isinstance(record, Attribution):
+        return [_attribution(record, opts)]
+    if isinstance(record, Alert):
+        return _alert(record, opts)
+    if isinstance(record, GpuLive):
+        return [_gpu_live([record], opts)]
+    return [_gpu_window(record, opts)]
+
+
+def _lifecycle(record: PodLifecycle, opts: PlanOptions) -> list[Command]:
+    """Timeline entry first, then the state change (which may set the pod's expiry)."""
+    keys = opts.keys
+    entry = _timeline(
+        record.uid,
+        f"transition:{record.ts}:{record.from_state or ''}:{record.to_state}",
+        record.ts,
+        opts,
+        {
+            "kind": "transition",
+            "ts": str(record.ts),
+            "from_state": _s(record.from_state),
+            "to_state": record.to_state,
+            "reason": _s(record.reason),
+            "queued_ms": str(record.queued_ms),
+            "running_ms": str(record.running_ms),
+            "stalled_ms": str(record.stalled_ms),
+        },
+    )
+    args = [record.uid, str(record.ts), record.to_state, _s(record.reason), record.namespace]
+    args += [record.pod, _s(record.node), _json(record.labels), str(opts.finished_ttl_s)]
+    keys_ = (*keys.pod_keys(record.uid), *keys.states())
+    return [entry, Command("pod_transition", keys_, tuple(args))]
+
+
+def _attribution(record: Attribution, opts: PlanOptions) -> Command:
+    """Per-window cost and waste upserts, latest-window fields and the hour leaderboards."""
+    keys, ws = opts.keys, record.window_start
+    gpus = [
+        {
+            "uuid": gpu.uuid,
+            "model": gpu.model,
+            "sharing": gpu.sharing,
+            "method": gpu.method,
+            "share": _share(gpu.used_gpu_seconds, gpu.allocated_gpu_seconds, gpu.method),
+            "vram_peak_bytes": gpu.vram_peak_bytes,
+        }
+        for gpu in record.gpus
+    ]
+    share = _share(record.used_gpu_seconds, record.allocated_gpu_seconds, record.method)
+    args = [record.uid, record.namespace, record.pod, _s(record.node), _json(record.labels)]
+    args += [str(ws), str(record.window_end), str(_nano(record.cost_usd))]
+    args += [str(_nano(record.waste_usd)), str(record.vram_peak_bytes), _s(share), _json(gpus)]
+    args += [record.state]
+    args += [str(opts.finished_ttl_s), str(opts.leaderboard_ms)]
+    args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
+    keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
+    keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
+    keys_ += [keys.waste_windows()]
+    return Command("pod_window", tuple(keys_), tuple(args))
+
+
+def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
+    """Firing set upsert, the alert stream, and the pod's timeline for a pod subject."""
+    keys = opts.keys
+    identity = f"alert:{record.fingerprint}:{record.status}:{record.ts}"
+    fields = {
+        "kind": "alert",
+        "ts": str(record.ts),
+        "fingerprint": record.fingerprint,
+        "name": record.name,
+        "status": record.status,
+        "severity": record.severity,
+        "since": str(record.since),
+        "summary": record.summary,
+        "value": _s(record.value),
+        "subject": _json(record.subject),
+        "labels": _json(record.labels),
+    }
+    ttl_ms = str(opts.finished_ttl_s * 1000)
+    state = (record.fingerprint, record.status, str(record.ts), _json(record), ttl_ms)
+    stream = (identity, str(record.ts), str(opts.alerts_maxlen), "0", *_flat(fields))
+    commands = [
+        Command("alert_state", (keys.alerts_firing(), keys.alerts_last()), state),
+        Command("timeline_add", (keys.alerts(), keys.alerts_seen()), stream),
+    ]
+    uid = record.subject.uid
+    if record.subject.kind == "pod" and uid is not None:
+        commands.append(_timeline(uid, identity, record.ts, opts, fields))
+    return commands
+
+
+def _timeline(
+    uid: PodUid, identity: str, ts: int, opts: PlanOptions, fields: Mapping[str, str]
+) -> Command:
+    """Append one entry to a pod's timeline unless its identity is already there."""
+    keys = opts.keys
+    head = (identity, str(ts), str(opts.timeline_maxlen), str(opts.finished_ttl_s))
+    stream_keys = (keys.timeline(uid), keys.timeline_seen(uid), keys.pod(uid))
+    return Command("timeline_add", stream_keys, (*head, *_flat(fields)))
+
+
+def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
+    """The GPU hashes' live fields, each unless a newer sample already wrote them.
+
+    One call for many GPUs: keys are the GPU index then each GPU's hash; the one argument
+    is a JSON array of rows `[uuid, updated_at, field, value, ...]`, all strings, in the
+    order of the keys. Per GPU that is a few string formats here, not a script call.
+    """
+    keys = opts.keys
+    rows = [
+        (
+            r.uuid,
+            str(r.ts),
+            "node",
+            r.node,
+            "model",
+            r.model,
+            "sharing",
+            r.sharing,
+            "parent_uuid",
+            r.parent_uuid or "",
+            "util_pct",
+            "" if r.util_pct is None else repr(r.util_pct),
+            "mem_used_bytes",
+            str(r.mem_used_bytes),
+            "mem_total_bytes",
+            str(r.mem_total_bytes),
+            "pods",
+            _json(r.pods),
+            "idle_since",
+            "" if r.idle_since is None else str(r.idle_since),
+        )
+        for r in records
+    ]
+    gpu_keys = tuple(keys.gpu(r.uuid) for r in records)
+    return Command("gpu_live", (keys.gpus(), *gpu_keys), (msgspec.json.encode(rows).decode(),))
+
+
+def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
+    """The GPU hash's latest-window fields, unless a newer window already wrote them."""
+    fields = {
+        "node": record.node,
+        "model": record.model,
+        "window_end": str(record.window_end),
+        "window_util_mean_pct": _s(record.util_mean_pct),
+        "window_idle_seconds": repr(record.idle_seconds),
+        "window_allocated_idle_seconds": repr(record.allocated_idle_seconds),
+        "window_unallocated_seconds": repr(record.unallocated_seconds),
+        "window_unattributed_ratio": _s(record.unattributed_ratio),
+    }
+    head = ("window_start", str(record.window_start), record.uuid)
+    return Command("hset_if_newer", (opts.keys.gpu(record.uuid),), (*head, *_flat(fields)))
+
+
+def _share(used: float, allocated: float, method: str) -> float | None:
+    """Mean compute share over the allocated GPU-seconds; None when it is unknown."""
+    if method == "unknown" or allocated <= 0:
+        return None
+    return min(1.0, used / allocated)
+
+
+def _nano(usd: float) -> int:
+    """US dollars as integer nano-dollars (exact to sum, far below a cent of rounding)."""
+    return round(usd * NANO)
+
+
+def _s(value: str | float | None) -> str:
+    """A scalar as a hash field value; None (unknown, not applicable) as the empty string."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _flat(fields: Mapping[str, str]) -> tuple[str, ...]:
+    """Hash fields as the flat field, value, field, value... of HSET and XADD."""
+    return tuple(item for pair in fields.items() for item in pair)
+
+
+def _json(value: object) -> str:
+    """Compact JSON with sorted keys, so equal values are equal strings."""
+    return msgspec.json.encode(value, order="sorted").decode()

@@ -1,0 +1,299 @@
+"""GPU and node alert rules where node samples land: idle allocations, leaks, missing telemetry.
+
+The worker keeps one `NodeAlertState` per node (a Table keyed by node) and calls `on_sample`
+per node sample and `on_watermark` per node on each stream-time tick. Alerts follow changes of
+what the state says is firing, so a replayed sample repeats none. Semantics and the choices
+made where DESIGN §4 leaves room: streams/SEMANTICS-alerts.md.
+"""
+
+from typing import Literal
+
+import msgspec
+
+from schemas.alert import Alert, AlertName, AlertSubject, Severity
+from schemas.ids import GpuUuid, NodeName, PodUid
+from schemas.nvml_sample import GpuReading, NvmlSample
+from schemas.settings import RuleSettings
+from streams.core.pod_alerts import fingerprint
+from streams.core.split import AllocationIndex, index_allocations, physical_and_instances, split_gpu
+
+__all__ = [
+    "IDLE_ALERT_AFTER_S",
+    "SEVERITY",
+    "TELEMETRY_MISSING_AFTER_S",
+    "NodeAlertState",
+    "Run",
+    "on_node_removed",
+    "on_sample",
+    "on_watermark",
+]
+
+IDLE_ALERT_AFTER_S = 60  # the product promises idle alerts in seconds, not minutes
+TELEMETRY_MISSING_AFTER_S = 30  # 30 ticks at 1 Hz: a lost sample or two is not a dead node
+SEVERITY: dict[AlertName, Severity] = {
+    "GpuIdleAllocated": "warning",  # waste: for a person in working hours, not a page
+    "GpuUnallocatedAccess": "critical",  # a pod uses a GPU it does not hold: security, billing
+    "NodeTelemetryMissing": "critical",  # every GPU of the node goes unobserved and unbilled
+}
+_MS = 1000
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A condition on a GPU or node since `since`; `labels` (node, gpu...) once it fires."""
+
+    since: int
+    firing: bool = False
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class NodeAlertState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the GPU and node rules remember of one node; a Faust Table value keyed by node.
+
+    JSON via `msgspec.json.encode` / `decode(raw, type=NodeAlertState)`, unknown fields ignored.
+    `seen_until`: end of the newest sample applied; `watermark`: newest tick; `missing`:
+    NodeTelemetryMissing fires; `idle`: GPUs in an idle run; `leaks`: by `uuid/pod_uid`.
+    """
+
+    node: NodeName
+    seq: int | None = None
+    seen_until: int | None = None
+    watermark: int = 0
+    missing: bool = False
+    idle: dict[GpuUuid, Run] = msgspec.field(default_factory=dict)
+    leaks: dict[str, Run] = msgspec.field(default_factory=dict)
+
+
+def _alert(
+    name: AlertName, key: str, run: Run, ts: int, summary: str, *, value: float | None = None
+) -> Alert:
+    """A message of `run`'s alert: firing while `run.firing`; `value` defaults to seconds in it."""
+    labels = run.labels
+    uuid = GpuUuid(labels["gpu"]) if "gpu" in labels else None
+    kind: Literal["gpu", "node"] = "node" if uuid is None else "gpu"
+    subject = AlertSubject(kind=kind, uid=None, uuid=uuid, node=NodeName(labels["node"]))
+    return Alert(
+        schema="gpuwatch.alert/v1",
+        fingerprint=fingerprint(name, kind, key),
+        name=name,
+        status="firing" if run.firing else "resolved",
+        severity=SEVERITY[name],
+        ts=ts,
+        since=run.since,
+        subject=subject,
+        labels=labels,
+        summary=summary,
+        value=max(ts - run.since, 0) / _MS if value is None else value,
+    )
+
+
+def _idle_resolved(uuid: GpuUuid, run: Run, ts: int, why: str) -> Alert:
+    """The resolved message of a firing GpuIdleAllocated alert, saying why it ended."""
+    secs = max(ts - run.since, 0) // _MS
+    summary = f"{uuid} on {run.labels['node']} no longer idle-allocated ({why}) after {secs} s"
+    return _alert("GpuIdleAllocated", uuid, msgspec.structs.replace(run, firing=False), ts, summary)
+
+
+def _leak_alert(key: str, leak: Run, ts: int, pids: int) -> Alert:
+    """A GpuUnallocatedAccess message: firing with the pod's pid count, resolved with 0."""
+    labels = leak.labels
+    who = f"{labels['namespace']}/{labels['pod']}" if "pod" in labels else labels["pod_uid"]
+    where = f"{labels['gpu']} ({labels['model']}) on {labels['node']}"
+    if pids:
+        summary = f"pod {who} runs pid {labels['pids']} on {where} without an allocation of it"
+    else:
+        summary = f"pod {who} no longer runs on {where}"
+        leak = msgspec.structs.replace(leak, firing=False)
+    return _alert("GpuUnallocatedAccess", key, leak, ts, summary, value=float(pids))
+
+
+def _telemetry(node: NodeName, firing: bool, since: int, ts: int) -> Alert:
+    """A NodeTelemetryMissing message."""
+    text = f"no NVML samples from {node} for" if firing else f"NVML samples from {node} again after"
+    run = Run(since=since, firing=firing, labels={"node": node})
+    return _alert("NodeTelemetryMissing", node, run, ts, f"{text} {max(ts - since, 0) // _MS} s")
+
+
+def _end_idle(runs: dict[GpuUuid, Run], ts: int, why: str, keep: set[GpuUuid]) -> list[Alert]:
+    """Resolve the firing idle alerts of the GPUs not in `keep`, in uuid order."""
+    return [
+        _idle_resolved(uuid, run, ts, why)
+        for uuid, run in sorted(runs.items())
+        if run.firing and uuid not in keep
+    ]
+
+
+def _lost(state: NodeAlertState, seen: int, due: int) -> tuple[NodeAlertState, list[Alert]]:
+    """Telemetry is missing from `due` on: fire, and end the idle runs (unknown is not idle)."""
+    out = _end_idle(state.idle, seen, "telemetry missing", set())
+    out.append(_telemetry(state.node, True, seen, due))
+    return msgspec.structs.replace(state, missing=True, idle={}), out
+
+
+def on_watermark(
+    state: NodeAlertState,
+    watermark_ms: int,
+    rules: RuleSettings,
+    *,
+    telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S,
+) -> tuple[NodeAlertState, list[Alert]]:
+    """Fire NodeTelemetryMissing once the watermark passes the last sample's end + threshold."""
+    if watermark_ms <= state.watermark:
+        return state, []
+    state = msgspec.structs.replace(state, watermark=watermark_ms)
+    seen = state.seen_until
+    if seen is None or state.missing:
+        return state, []
+    due = seen + telemetry_missing_after_s * _MS
+    return (state, []) if watermark_ms <= due else _lost(state, seen, due)
+
+
+def _missing_seqs(last: int | None, seq: int) -> int:
+    """Samples lost between two accepted ones, by `seq`; a reset (agent restart) counts from 0."""
+    return 0 if last is None else seq - last - 1 if seq > last else seq
+
+
+def _holders_idle(
+    gpu: GpuReading, holders: list[PodUid], leaks: bool, idle_util_pct: float
+) -> bool | None:
+    """Whether every holder is idle on the GPU by its own share; None when one is unknown."""
+    util = gpu.util_pct
+    if len(holders) == 1 and not leaks and util is not None and gpu.sharing == "exclusive":
+        return util < idle_util_pct  # split_gpu's sole-holder case, without building the split
+    idle = [
+        pod.idle for pod in split_gpu(gpu, holders, idle_util_pct).pods if pod.allocated_fraction
+    ]
+    return False if False in idle else None if None in idle else True
+
+
+def _gpu_labels(node: NodeName, gpu: GpuReading, who: list[str]) -> dict[str, str]:
+    """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named."""
+    labels = {"node": node, "gpu": gpu.uuid, "model": gpu.model}
+    if gpu.mig_profile is not None:
+        labels["mig_profile"] = gpu.mig_profile
+    if len(who) == 1:
+        labels["namespace"], labels["pod"] = who[0].split("/", 1)
+    elif who:
+        labels["pods"] = ",".join(who)
+    return labels
+
+
+def _idle_step(
+    sample: NvmlSample,
+    gpu: GpuReading,
+    run: Run | None,
+    leaks: bool,
+    ctx: tuple[AllocationIndex, float, int],
+) -> tuple[Run | None, Alert | None]:
+    """One GPU's idle run after the sample, and the alert it starts or ends, if any."""
+    index, idle_util_pct, idle_ms = ctx
+    uuid = gpu.uuid
+    holders = index.holders.get(uuid)
+    if not holders and run is None:
+        return None, None
+    now_idle = _holders_idle(gpu, holders, leaks, idle_util_pct) if holders else False
+    if not (now_idle and holders):
+        if run is None or not run.firing:
+            return None, None
+        why = "not allocated" if not holders else "busy" if now_idle is False else "unknown"
+        return None, _idle_resolved(uuid, run, sample.ts, why)
+    if run is None:
+        run = Run(since=sample.ts)
+    if run.firing or sample.ts + sample.interval_ms - run.since < idle_ms:
+        return run, None
+    who = sorted("/".join(index.names[uid]) for uid in holders)
+    run = Run(since=run.since, firing=True, labels=_gpu_labels(sample.node, gpu, who))
+    where = f"{uuid} ({gpu.model}) on {sample.node}"
+    summary = f"{where} allocated to {', '.join(who)} and idle for {idle_ms // _MS} s"
+    return run, _alert("GpuIdleAllocated", uuid, run, run.since + idle_ms, summary)
+
+
+def _leak_step(
+    sample: NvmlSample, gpu: GpuReading, index: AllocationIndex, old: dict[str, Run]
+) -> tuple[dict[str, Run], list[Alert]]:
+    """Pods on `gpu` holding neither it nor its parent (by `uuid/pod_uid`), new ones fired."""
+    allowed = index.holders.get(gpu.uuid, [])
+    if gpu.parent_uuid is not None:  # holding the whole GPU covers its instances
+        allowed = allowed + index.holders.get(gpu.parent_uuid, [])
+    pids: dict[PodUid, list[int]] = {}
+    for proc in gpu.processes:
+        uid = proc.pod_uid
+        if uid is not None and uid not in allowed:  # a host process (of no pod) is no leak
+            pids.setdefault(uid, []).append(proc.pid)
+    leaks, out = {}, []
+    for uid, found in pids.items():
+        key = f"{gpu.uuid}/{uid}"
+        leak = old.get(key)
+        if leak is None:
+            labels = _gpu_labels(sample.node, gpu, [])
+            labels["pod_uid"] = uid
+            labels["pids"] = ",".join(str(pid) for pid in sorted(found))
+            if uid in index.names:  # it holds another GPU of the node, so it can be named
+                labels["namespace"], labels["pod"] = index.names[uid]
+            leak = Run(since=sample.ts, firing=True, labels=labels)
+            out.append(_leak_alert(key, leak, sample.ts, len(found)))
+        leaks[key] = leak
+    return leaks, out
+
+
+def on_sample(
+    state: NodeAlertState | None,
+    sample: NvmlSample,
+    rules: RuleSettings,
+    *,
+    idle_alert_after_s: int = IDLE_ALERT_AFTER_S,
+    telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S,
+) -> tuple[NodeAlertState, list[Alert], int]:
+    """Apply one node sample: the alerts it starts or ends, and how many samples were lost."""
+    node, ts = sample.node, sample.ts
+    if state is None:
+        state = NodeAlertState(node=node)
+    seen = state.seen_until
+    if seen is not None and ts < seen:
+        return state, [], 0  # a replay, or an overlap with what was applied: nothing new
+    lost = _missing_seqs(state.seq, sample.seq)
+    out: list[Alert] = []
+    if seen is not None:
+        due = seen + telemetry_missing_after_s * _MS
+        if not state.missing and ts > due:  # a gap no tick noticed (a replay of history)
+            state, out = _lost(state, seen, due)
+        if state.missing:
+            out.append(_telemetry(node, False, seen, ts))
+    index = index_allocations(sample.allocations)
+    ctx = (index, rules.idle_util_pct, idle_alert_after_s * _MS)
+    old_idle, old_leaks = state.idle, state.leaks
+    idle: dict[GpuUuid, Run] = {}
+    leaks: dict[str, Run] = {}
+    gpus = physical_and_instances(sample).accountable
+    for gpu in gpus:
+        found, fired = _leak_step(sample, gpu, index, old_leaks) if gpu.processes else ({}, [])
+        run, alert = _idle_step(sample, gpu, old_idle.get(gpu.uuid), bool(found), ctx)
+        if run is not None:
+            idle[gpu.uuid] = run
+        if alert is not None:
+            out.append(alert)
+        leaks.update(found)
+        out += fired
+    if old_idle:
+        out += _end_idle(old_idle, ts, "no longer reported", {gpu.uuid for gpu in gpus})
+    if old_leaks:
+        out += [
+            _leak_alert(k, leak, ts, 0) for k, leak in sorted(old_leaks.items()) if k not in leaks
+        ]
+    end = ts + sample.interval_ms
+    state = NodeAlertState(
+        node=node, seq=sample.seq, seen_until=end, watermark=state.watermark, idle=idle, leaks=leaks
+    )
+    return state, out, lost
+
+
+def on_node_removed(state: NodeAlertState, ts: int) -> tuple[NodeAlertState, list[Alert]]:
+    """Resolve every firing alert of a node deleted from the cluster (k8s.nodes DELETED).
+
+    Else a node an autoscaler removed keeps NodeTelemetryMissing firing; the state returned
+    is empty (the caller may drop the node's key instead).
+    """
+    out = _end_idle(state.idle, ts, "node removed", set())
+    out += [_leak_alert(key, leak, ts, 0) for key, leak in sorted(state.leaks.items())]
+    if state.missing and state.seen_until is not None:
+        out.append(_telemetry(state.node, False, state.seen_until, ts))
+    return NodeAlertState(node=state.node, watermark=state.watermark), out

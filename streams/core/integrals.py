@@ -1,0 +1,271 @@
+"""Integrals of one split GPU interval: seconds, energy and dollars per pod and per GPU.
+
+Every number here is an integral over `[ts, ts + interval_ms)`, so the integrals of an
+interval cut into pieces sum to those of the whole (`scaled`), except `vram_peak_bytes`,
+which is a maximum. Conventions where DESIGN §4 leaves room:
+
+- Seconds with an unknown reading are neither busy nor idle, for the GPU and for a pod; they
+  still count as allocated (and cost), never as waste. A GPU's allocated idle seconds are
+  device-idle seconds with a holder; a pod's idle seconds follow its own share.
+- Energy: the device's energy times the pod's compute share (the part of the device's work
+  it did; idle draw goes to no one), or times its allocated fraction where its share is
+  unknown. Unknown power (MIG instances: the parent carries it) is 0 joules, not a guess.
+- Cost: a GPU-second costs the price per hour / 3600 and goes to the holders in equal parts
+  (1/k each); with no holder it goes to no one (fleet idle cost). A MIG instance costs its
+  compute slices' part of the GPU price (`PriceBook`).
+"""
+
+import re
+from collections.abc import Mapping
+
+import msgspec
+
+from schemas.fields import AttributionMethod
+from schemas.ids import NodeName, PodUid
+from schemas.nvml_sample import GpuReading, NvmlSample
+from schemas.prices import PriceTable
+from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
+
+__all__ = [
+    "GpuIntegrals",
+    "NodePrices",
+    "PodIntegrals",
+    "PriceBook",
+    "SampleIntegrals",
+    "integrate",
+    "integrate_sample",
+    "scaled",
+]
+
+_S_PER_HOUR = 3600.0
+_MS_PER_S = 1000.0
+# Compute slices (GPCs) of a MIG-capable GPU: 7 on A100, H100, H200, B200; the A30 has 4.
+_MIG_SLICES = 7
+_MIG_SLICES_BY_MODEL = {"A30": 4}
+_MIG_G = re.compile(r"^(\d+)g\.")  # "3g.40gb" -> 3 compute slices
+
+
+class PodIntegrals(msgspec.Struct, frozen=True, gc=False):
+    """One pod on one GPU over one interval (or a piece of one).
+
+    `share_seconds` is the time its share was known (the weight of `share_mean`); `idle` its
+    state in the interval (None: unknown), for `idle_since`.
+    """
+
+    uid: PodUid
+    allocated_seconds: float
+    used_gpu_seconds: float
+    share_seconds: float
+    idle_seconds: float
+    vram_byte_seconds: float
+    vram_peak_bytes: int
+    energy_joules: float
+    cost_usd: float
+    waste_usd: float
+    method: AttributionMethod
+    idle: bool | None
+
+
+class GpuIntegrals(msgspec.Struct, frozen=True, gc=False):
+    """One GPU over one interval (or a piece of one).
+
+    `util_seconds` integrates the reading as a ratio over the `util_known_seconds` it was
+    known; `attributed_seconds` and `unattributed_seconds` split `util_seconds` into what the
+    pods' shares explain and the rest (only where the reading is known).
+    """
+
+    seconds: float
+    busy_seconds: float
+    idle_seconds: float
+    allocated_seconds: float
+    allocated_idle_seconds: float
+    unallocated_seconds: float
+    util_seconds: float
+    util_known_seconds: float
+    attributed_seconds: float
+    unattributed_seconds: float
+    pods: tuple[PodIntegrals, ...]
+
+
+def integrate(
+    split: GpuSplit, seconds: float, power_w: float | None, usd_per_hour: float
+) -> GpuIntegrals:
+    """The integrals of one split over `seconds`, at the GPU's power and price."""
+    gpu_cost = usd_per_hour / _S_PER_HOUR * seconds
+    gpu_energy = 0.0 if power_w is None else power_w * seconds
+    pods = []
+    for pod in split.pods:
+        af = pod.allocated_fraction
+        share = pod.share
+        cost = gpu_cost * af
+        vram = pod.vram_bytes or 0
+        idle = pod.idle
+        pods.append(
+            PodIntegrals(
+                pod.uid,
+                seconds * af,
+                0.0 if share is None else seconds * share,
+                0.0 if share is None else seconds,
+                seconds * af if idle else 0.0,
+                vram * seconds,
+                vram,
+                gpu_energy * (af if share is None else share),
+                cost,
+                cost if idle else 0.0,
+                pod.method,
+                idle,
+            )
+        )
+    util = split.util
+    idle = split.idle
+    allocated = seconds if split.holders else 0.0
+    unattributed = split.unattributed
+    if util is None or unattributed is None:
+        util_s = known_s = attributed_s = unattributed_s = 0.0
+    else:
+        util_s, known_s = util * seconds, seconds
+        unattributed_s = unattributed * seconds
+        attributed_s = max(0.0, util_s - unattributed_s)
+    return GpuIntegrals(
+        seconds,
+        seconds if idle is False else 0.0,
+        seconds if idle else 0.0,
+        allocated,
+        allocated if idle else 0.0,
+        seconds - allocated,
+        util_s,
+        known_s,
+        attributed_s,
+        unattributed_s,
+        tuple(pods),
+    )
+
+
+def scaled(gpu: GpuIntegrals, fraction: float) -> GpuIntegrals:
+    """The integrals of a piece `fraction` long of the interval; peaks stay as they are."""
+    f = fraction
+    pods = tuple(
+        PodIntegrals(
+            p.uid,
+            p.allocated_seconds * f,
+            p.used_gpu_seconds * f,
+            p.share_seconds * f,
+            p.idle_seconds * f,
+            p.vram_byte_seconds * f,
+            p.vram_peak_bytes,
+            p.energy_joules * f,
+            p.cost_usd * f,
+            p.waste_usd * f,
+            p.method,
+            p.idle,
+        )
+        for p in gpu.pods
+    )
+    return GpuIntegrals(
+        gpu.seconds * f,
+        gpu.busy_seconds * f,
+        gpu.idle_seconds * f,
+        gpu.allocated_seconds * f,
+        gpu.allocated_idle_seconds * f,
+        gpu.unallocated_seconds * f,
+        gpu.util_seconds * f,
+        gpu.util_known_seconds * f,
+        gpu.attributed_seconds * f,
+        gpu.unattributed_seconds * f,
+        pods,
+    )
+
+
+class NodePrices:
+    """The prices of one set of node labels, each (model, MIG profile) looked up once."""
+
+    __slots__ = ("_cache", "_labels", "_table")
+
+    def __init__(self, table: PriceTable, labels: Mapping[str, str]) -> None:
+        self._table = table
+        self._labels = dict(labels)
+        self._cache: dict[tuple[str, str | None], float] = {}
+
+    def usd_per_hour(self, model: str, mig_profile: str | None) -> float:
+        """Price per hour of a whole GPU of `model`, or of a MIG instance of `mig_profile`."""
+        key = (model, mig_profile)
+        price = self._cache.get(key)
+        if price is None:
+            price = self._table.usd_per_gpu_hour(model, self._labels)
+            price *= _mig_fraction(model, mig_profile)
+            self._cache[key] = price
+        return price
+
+
+class PriceBook:
+    """Prices by node: nodes with the same labels share one `NodePrices` and its cache.
+
+    Node labels (for price overrides) change rarely and come from `k8s.nodes`: give them with
+    `set_node_labels`; a node never given is priced with no labels.
+    """
+
+    def __init__(self, table: PriceTable) -> None:
+        self._table = table
+        self._by_labels: dict[tuple[tuple[str, str], ...], NodePrices] = {}
+        self._by_node: dict[str, NodePrices] = {}
+
+    def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
+        """The labels of `node` from now on."""
+        self._by_node[node] = self._prices(tuple(sorted(labels.items())))
+
+    def node(self, node: str) -> NodePrices:
+        """The prices in force on `node`."""
+        prices = self._by_node.get(node)
+        if prices is None:
+            prices = self._by_node[node] = self._prices(())
+        return prices
+
+    def _prices(self, labels: tuple[tuple[str, str], ...]) -> NodePrices:
+        prices = self._by_labels.get(labels)
+        if prices is None:
+            prices = self._by_labels[labels] = NodePrices(self._table, dict(labels))
+        return prices
+
+
+def _mig_fraction(model: str, mig_profile: str | None) -> float:
+    """Part of the GPU a MIG instance is: its compute slices of the GPU's; 1 if not MIG.
+
+    An unparsable profile is charged the whole GPU (over-, never under-charged).
+    """
+    if mig_profile is None:
+        return 1.0
+    match = _MIG_G.match(mig_profile)
+    if match is None:
+        return 1.0
+    slices = next((n for name, n in _MIG_SLICES_BY_MODEL.items() if name in model), _MIG_SLICES)
+    return min(1.0, int(match.group(1)) / slices)
+
+
+class SampleIntegrals(msgspec.Struct, frozen=True, gc=False):
+    """Every accountable GPU of one node sample with its integrals, and the pods' names."""
+
+    node: NodeName
+    ts: int
+    end_ts: int
+    gpus: tuple[tuple[GpuReading, GpuIntegrals], ...]
+    names: dict[PodUid, tuple[str, str]]
+
+
+_NO_HOLDERS: tuple[PodUid, ...] = ()
+
+
+def integrate_sample(
+    sample: NvmlSample, idle_util_pct: float, prices: PriceBook
+) -> SampleIntegrals:
+    """Split and integrate every accountable GPU of a node sample (MIG parents skipped)."""
+    index = index_allocations(sample.allocations)
+    holders = index.holders
+    seconds = sample.interval_ms / _MS_PER_S
+    node = sample.node
+    price_of = prices.node(node).usd_per_hour
+    out = []
+    for gpu in physical_and_instances(sample).accountable:
+        split = split_gpu(gpu, holders.get(gpu.uuid, _NO_HOLDERS), idle_util_pct)
+        price = price_of(gpu.model, gpu.mig_profile)
+        out.append((gpu, integrate(split, seconds, gpu.power_w, price)))
+    return SampleIntegrals(node, sample.ts, sample.ts + sample.interval_ms, tuple(out), index.names)

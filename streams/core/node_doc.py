@@ -1,0 +1,120 @@
+"""The node side's durable state: one document per node, written whole, so a crash never splits it.
+
+Everything the node side keeps about one node lives in one `NodeDoc`: its labels (prices),
+its alert state, its open GPU windows and its pods' usage tracks. The worker writes the
+document whole to a changelog-backed table after the outputs it caused are acknowledged.
+After a crash the table holds, for each node, the state after some sample `seen_until`
+ends; samples before it are replays and skipped, later ones are processed again and
+give the same records (at-least-once with deterministic identities). Separate table keys
+per window or per pod could be restored from different points in time, counting a
+replayed sample twice in one and not at all in another.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from schemas.ids import NodeName
+from schemas.k8s_node import K8sNode
+from streams.core.gpu_alerts import NodeAlertState
+from streams.core.gpu_windows import GpuWindowAcc, GpuWindows
+from streams.core.usage import PodTrack, UsageAggregator
+
+__all__ = ["NodeDoc", "NodeRuntime", "PartitionMeta", "decode_doc", "decode_meta", "encode"]
+
+
+class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A node's state as stored; unknown fields are ignored, so it can grow."""
+
+    node: NodeName
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    deleted: bool = False
+    """A k8s.nodes DELETED was seen; the document goes once its windows are emitted."""
+    seen_until: int | None = None
+    """End of the newest sample applied: a sample starting before it is a replay."""
+    closed_through: int | None = None
+    """The node's GPU windows' `closed_through`."""
+    alert: NodeAlertState | None = None
+    windows: list[GpuWindowAcc] = msgspec.field(default_factory=list)
+    tracks: list[PodTrack] = msgspec.field(default_factory=list)
+
+
+class PartitionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the node side keeps of a whole partition (SEMANTICS.md, Time)."""
+
+    stream_time: int | None = None
+    """The largest sample `ts`, or higher where the partition was raised while idle."""
+    covered: int | None = None
+    """End of the newest sample (`ts + interval_ms`) of the partition's own data."""
+    longest_interval_ms: int = 0
+    """The longest sample interval seen: an idle partition is one left behind by more."""
+    idle: bool = False
+    """Caught up and left behind by the others (set by a tick, cleared by a sample)."""
+    held: list[K8sNode] = msgspec.field(default_factory=list)
+    """Node events ahead of stream time, by `ts`: applied when stream time reaches them."""
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DOC: Final = msgspec.json.Decoder(NodeDoc)
+_META: Final = msgspec.json.Decoder(PartitionMeta)
+
+
+def encode(value: NodeDoc | PartitionMeta) -> bytes:
+    """A document as compact JSON."""
+    return _ENCODER.encode(value)
+
+
+def decode_doc(raw: bytes) -> NodeDoc:
+    """A node document back from JSON."""
+    return _DOC.decode(raw)
+
+
+def decode_meta(raw: bytes) -> PartitionMeta:
+    """A partition's meta document back from JSON."""
+    return _META.decode(raw)
+
+
+class NodeRuntime:
+    """One node's live state: its document's parts as the pure aggregators use them."""
+
+    def __init__(self, doc: NodeDoc, window_ms: int, lateness_ms: int, flush_ms: int) -> None:
+        self.node = doc.node
+        self.labels = dict(doc.labels)
+        self.deleted = doc.deleted
+        self.seen_until = doc.seen_until
+        self.alert = doc.alert if doc.alert is not None else NodeAlertState(node=doc.node)
+        self.windows = GpuWindows(
+            window_ms,
+            lateness_ms,
+            store={(acc.uuid, acc.window_start): acc for acc in doc.windows},
+            closed_through=doc.closed_through,
+        )
+        self.usage = UsageAggregator(
+            window_ms, flush_ms, store={track.uid: track for track in doc.tracks}
+        )
+
+    @classmethod
+    def new(cls, node: NodeName, window_ms: int, lateness_ms: int, flush_ms: int) -> NodeRuntime:
+        """A node nothing is known of yet."""
+        return cls(NodeDoc(node=node), window_ms, lateness_ms, flush_ms)
+
+    def doc(self) -> NodeDoc:
+        """The document to store (windows by start and uuid, tracks by uid: replays match)."""
+        windows = self.windows.store
+        tracks = self.usage.store
+        return NodeDoc(
+            node=self.node,
+            labels=self.labels,
+            deleted=self.deleted,
+            seen_until=self.seen_until,
+            closed_through=self.windows.closed_through,
+            alert=self.alert,
+            windows=[windows[key] for key in sorted(windows, key=lambda k: (k[1], k[0]))],
+            tracks=[tracks[uid] for uid in sorted(tracks)],
+        )
+
+    def empty(self) -> bool:
+        """A deleted node with nothing left to emit: its document can go."""
+        return self.deleted and not self.windows.store and not self.usage.store

@@ -1,0 +1,157 @@
+"""Pod alert rules in the stream: PodStalled and PodQueuedTooLong, from lifecycle transitions.
+
+PodStalled fires when a pod enters stalled and resolves when it leaves (finishing
+included); PodQueuedTooLong fires once a pod has been queued `queued_alert_after_s`, at
+the event time that happened (queued since + the threshold, found by any message or a
+watermark tick), and resolves when it leaves queued. Alerts follow changes of the flags
+kept in `PodState`, so a repeated input repeats no alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import msgspec
+
+from schemas.alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
+from schemas.ids import AlertFingerprint
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.settings import RuleSettings
+from streams.core.lifecycle import IDLE
+from streams.core.pod_state import PodState
+
+__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint"]
+
+SEVERITY: dict[AlertName, Severity] = {
+    # Warnings: both waste money or time but need a person, not a page at night.
+    "PodStalled": "warning",
+    "PodQueuedTooLong": "warning",
+}
+
+_FINGERPRINT_HEX = 16  # 64 bits: no collision among millions of live alerts
+
+
+def fingerprint(name: str, kind: str, id_: str) -> AlertFingerprint:
+    """An alert's stable id: sha1 of `name|kind|id` (UTF-8), the first 16 hex digits.
+
+    `kind` is the subject kind (pod, gpu, node) and `id_` its id (pod uid, GPU uuid, node
+    name), so the firing and the resolved message of one alert share it.
+    """
+    digest = hashlib.sha1(f"{name}|{kind}|{id_}".encode(), usedforsecurity=False)
+    return AlertFingerprint(digest.hexdigest()[:_FINGERPRINT_HEX])
+
+
+def alert_labels(state: PodState) -> dict[str, str]:
+    """Routing labels of a pod's alerts: namespace, pod, team (when labelled), node (bound)."""
+    labels = {"namespace": state.namespace, "pod": state.name}
+    if "team" in state.labels:
+        labels["team"] = state.labels["team"]
+    if state.node is not None:
+        labels["node"] = state.node
+    return labels
+
+
+def _alert(
+    state: PodState, name: AlertName, status: AlertStatus, *, ts: int, since: int, summary: str
+) -> Alert:
+    return Alert(
+        schema="gpuwatch.alert/v1",
+        fingerprint=fingerprint(name, "pod", state.uid),
+        name=name,
+        status=status,
+        severity=SEVERITY[name],
+        ts=ts,
+        since=since,
+        subject=AlertSubject(kind="pod", uid=state.uid, uuid=None, node=state.node),
+        labels=alert_labels(state),
+        summary=summary,
+        value=max(ts - since, 0) / 1000,
+    )
+
+
+def evaluate(
+    before: PodState | None,
+    after: PodState,
+    transitions: Sequence[PodLifecycle],
+    rules: RuleSettings,
+) -> tuple[PodState, list[Alert]]:
+    """The alerts a step's transitions and its new event time (`after.horizon`) call for.
+
+    `before` is the state before the step (None for a new pod), `after` the state the
+    lifecycle step left, with its transitions in order.
+    """
+    pod = f"{after.namespace}/{after.name}"
+    queued_ms = rules.queued_alert_after_s * 1000
+    queued_since, queued_firing = after.queued_alert_since, after.queued_alert_firing
+    stalled_since = after.stalled_alert_since
+    reason = before.reason if before is not None else None
+    out: list[Alert] = []
+
+    def queued_due(until: int, *, left: bool) -> None:
+        """Fire if the pod was queued the threshold by `until` (still queued at it unless
+        `left`: a pod that leaves queued exactly at the threshold was not queued past it)."""
+        nonlocal queued_firing
+        if queued_since is None or queued_firing:
+            return
+        if queued_since + queued_ms > until or (left and queued_since + queued_ms == until):
+            return
+        due = queued_since + queued_ms
+        summary = f"{pod} queued for {queued_ms // 1000} s ({reason or 'no reason given'})"
+        out.append(
+            _alert(after, "PodQueuedTooLong", "firing", ts=due, since=queued_since, summary=summary)
+        )
+        queued_firing = True
+
+    for step in transitions:
+        queued_due(step.ts, left=step.to_state != "queued")
+        if step.to_state == "queued":
+            queued_since = step.ts if step.from_state != "queued" else queued_since
+        elif queued_since is not None:
+            if queued_firing:
+                seconds = (step.ts - queued_since) // 1000
+                summary = f"{pod} no longer queued ({step.to_state}) after {seconds} s"
+                resolved = _alert(
+                    after,
+                    "PodQueuedTooLong",
+                    "resolved",
+                    ts=step.ts,
+                    since=queued_since,
+                    summary=summary,
+                )
+                out.append(resolved)
+            queued_since, queued_firing = None, False
+        if step.to_state == "stalled" and stalled_since is None:
+            if step.reason == IDLE:
+                stalled_since = max(step.ts - rules.stall_after_s * 1000, 0)
+                summary = f"{pod} stalled: idle on all its GPUs for {rules.stall_after_s} s"
+            else:
+                stalled_since = step.ts
+                summary = f"{pod} stalled: {step.reason}"
+            out.append(
+                _alert(
+                    after, "PodStalled", "firing", ts=step.ts, since=stalled_since, summary=summary
+                )
+            )
+        elif step.to_state != "stalled" and stalled_since is not None:
+            summary = f"{pod} no longer stalled ({step.to_state})"
+            out.append(
+                _alert(
+                    after,
+                    "PodStalled",
+                    "resolved",
+                    ts=step.ts,
+                    since=stalled_since,
+                    summary=summary,
+                )
+            )
+            stalled_since = None
+        reason = step.reason
+    queued_due(after.horizon, left=False)
+    after = msgspec.structs.replace(
+        after,
+        queued_alert_since=queued_since,
+        queued_alert_firing=queued_firing,
+        stalled_alert_since=stalled_since,
+    )
+    return after, out

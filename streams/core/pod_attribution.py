@@ -1,0 +1,225 @@
+"""Per-pod attribution windows: pod usage bucketed by event time into `attribution` records.
+
+A pod's usage arrives as contiguous intervals `[ts, end_ts)`; each is cut at window
+boundaries (integrals in proportion to the time in each window, peaks kept whole) and
+added to the pod's open windows. The pod side's watermark is a usage frontier (every
+usage ending before it is in, the node side's lateness already allowed for), so a window
+closes when the watermark reaches its end; a finished pod's windows all close when it
+reaches the finish plus the allowed lateness. Closing emits one `Attribution`. Usage
+for a closed window is late: counted by the caller, never re-emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.attribution import Attribution, GpuAttribution
+from schemas.fields import AttributionMethod
+from schemas.pod_usage import GpuUsage, PodUsage
+from schemas.settings import WindowSettings
+from streams.core.lifecycle import state_at
+from streams.core.pod_state import GpuTotals, OpenWindow, PodState, new_state
+
+__all__ = [
+    "PRECISION",
+    "UNKNOWN_POD_GRACE_MS",
+    "UsageOutcome",
+    "add_usage",
+    "close_windows",
+    "finish_closes_at",
+    "least_precise",
+    "window_start",
+]
+
+UsageOutcome = Literal["added", "late", "duplicate"]
+"""What became of a usage message: counted, (partly) late, or a replay of counted usage."""
+
+PRECISION: dict[AttributionMethod, int] = {
+    "exclusive": 0,
+    "process": 1,
+    "memory_share": 2,
+    "unknown": 3,
+}
+"""Attribution methods from most to least precise (a record reports its least precise)."""
+
+UNKNOWN_POD_GRACE_MS = 300_000
+"""How much longer the windows of a pod with no pod event yet stay open, so that the
+record can name the pod: 5 minutes cover a watcher restart and its relist, which
+re-sends every live pod."""
+
+
+def window_start(ts: int, window_ms: int) -> int:
+    """Start of the epoch-aligned window that holds event time `ts`."""
+    return ts - ts % window_ms
+
+
+def least_precise(methods: list[AttributionMethod]) -> AttributionMethod:
+    """The least precise of some methods; unknown when there are none."""
+    return max(methods, key=PRECISION.__getitem__, default="unknown")
+
+
+def _added(totals: GpuTotals | None, gpu: GpuUsage, fraction: float) -> GpuTotals:
+    """`totals` plus `fraction` of one GPU's usage (the peak whole: it is no integral)."""
+    if totals is None:
+        totals = GpuTotals(uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=gpu.method)
+    return GpuTotals(
+        uuid=gpu.uuid,
+        model=gpu.model,
+        sharing=gpu.sharing,
+        method=least_precise([totals.method, gpu.method]),
+        allocated_seconds=totals.allocated_seconds + gpu.allocated_seconds * fraction,
+        used_gpu_seconds=totals.used_gpu_seconds + gpu.used_gpu_seconds * fraction,
+        idle_seconds=totals.idle_seconds + gpu.idle_seconds * fraction,
+        vram_byte_seconds=totals.vram_byte_seconds + gpu.vram_byte_seconds * fraction,
+        vram_peak_bytes=max(totals.vram_peak_bytes, gpu.vram_peak_bytes),
+        energy_joules=totals.energy_joules + gpu.energy_joules * fraction,
+        cost_usd=totals.cost_usd + gpu.cost_usd * fraction,
+        waste_usd=totals.waste_usd + gpu.waste_usd * fraction,
+    )
+
+
+def _accumulated(window: OpenWindow, usage: PodUsage, fraction: float) -> OpenWindow:
+    by_uuid = {gpu.uuid: gpu for gpu in window.gpus}
+    for gpu in usage.gpus:
+        by_uuid[gpu.uuid] = _added(by_uuid.get(gpu.uuid), gpu, fraction)
+    return OpenWindow(start=window.start, gpus=tuple(by_uuid[k] for k in sorted(by_uuid)))
+
+
+def add_usage(
+    state: PodState | None, usage: PodUsage, windows: WindowSettings
+) -> tuple[PodState, UsageOutcome]:
+    """Count a usage into the pod's open windows.
+
+    Usage up to `attributed_until` was counted already (a redelivery) and is skipped; an
+    interval that overlaps it counts only its new part. A usage covering no time carries
+    no integrals and is skipped too.
+    """
+    state = state if state is not None else new_state(usage.uid)
+    length = usage.end_ts - usage.ts
+    start = max(usage.ts, state.attributed_until or 0)
+    if length <= 0 or start >= usage.end_ts:
+        return state, "duplicate"
+    window_ms = windows.window_s * 1000
+    open_ = {w.start: w for w in state.windows}
+    late = False
+    cut = start
+    while cut < usage.end_ts:
+        bucket = window_start(cut, window_ms)
+        stop = min(bucket + window_ms, usage.end_ts)
+        if bucket < state.closed_until:
+            late = True
+        else:
+            window = open_.get(bucket, OpenWindow(start=bucket))
+            open_[bucket] = _accumulated(window, usage, (stop - cut) / length)
+        cut = stop
+    state = msgspec.structs.replace(
+        state,
+        node=state.node if state.node is not None else usage.node,
+        windows=tuple(open_[k] for k in sorted(open_)),
+        attributed_until=usage.end_ts,
+    )
+    return state, "late" if late else "added"
+
+
+def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
+    """The attribution record of one window of the pod, ending at `end`."""
+    gpus = window.gpus
+    return Attribution(
+        schema="gpuwatch.attribution/v1",
+        uid=state.uid,
+        namespace=state.namespace,
+        pod=state.name,
+        node=state.node,
+        labels=state.labels,
+        owner=state.owner,
+        ts=end,
+        window_start=window.start,
+        window_end=end,
+        # Usage proves a process on a GPU: a pod no pod event described yet is running.
+        state=state_at(state, end) or "running",
+        gpus=tuple(
+            GpuAttribution(
+                uuid=g.uuid,
+                model=g.model,
+                sharing=g.sharing,
+                allocated_gpu_seconds=g.allocated_seconds,
+                used_gpu_seconds=g.used_gpu_seconds,
+                idle_gpu_seconds=g.idle_seconds,
+                vram_peak_bytes=g.vram_peak_bytes,
+                cost_usd=g.cost_usd,
+                method=g.method,
+            )
+            for g in gpus
+        ),
+        allocated_gpu_seconds=sum(g.allocated_seconds for g in gpus),
+        used_gpu_seconds=sum(g.used_gpu_seconds for g in gpus),
+        idle_gpu_seconds=sum(g.idle_seconds for g in gpus),
+        vram_byte_seconds=sum(g.vram_byte_seconds for g in gpus),
+        vram_peak_bytes=sum(g.vram_peak_bytes for g in gpus),
+        energy_joules=sum(g.energy_joules for g in gpus),
+        cost_usd=sum(g.cost_usd for g in gpus),
+        waste_usd=sum(g.waste_usd for g in gpus),
+        method=least_precise([g.method for g in gpus]),
+    )
+
+
+def finish_closes_at(state: PodState, windows: WindowSettings) -> int:
+    """When a finished pod's windows close: at the finish once its usage reaches the finish
+    (a sample that covers the finish has come whole; the watermark, a usage frontier, has
+    the lateness in it already), else when the watermark passes the end of the window
+    holding the finish (its usage stopped before it: the GPU gone from the samples)."""
+    if (state.attributed_until or 0) >= state.since:
+        return state.since
+    window_ms = windows.window_s * 1000
+    return window_start(state.since - 1, window_ms) + window_ms
+
+
+def close_windows(
+    state: PodState, windows: WindowSettings, now_ms: int | None = None
+) -> tuple[PodState, list[Attribution]]:
+    """Emit the windows that the watermark has closed.
+
+    `now_ms` is the pod side's watermark (None: nothing closes). A window closes when the
+    watermark reaches its end, later by `UNKNOWN_POD_GRACE_MS` for a pod no pod event has
+    described. A finished pod's windows all close together (`finish_closes_at`), so the
+    usage of its last seconds (the GPU held until the kubelet lets it go, a long sample
+    that covers the finish) still counts.
+    The record of the window that holds the finish ends at the finish; windows wholly
+    after it keep their end.
+    """
+    if now_ms is None:
+        return state, []
+    window_ms = windows.window_s * 1000
+    finished = state.state == "finished"
+    if finished:
+        if now_ms < finish_closes_at(state, windows):
+            return state, []
+        # The window of the pod's last running instant: a finish on a window boundary
+        # leaves the next window to the usage after the finish.
+        ends = [window_start(state.since - 1, window_ms) + window_ms]
+        closed_until = max(
+            [state.closed_until, *ends, *(w.start + window_ms for w in state.windows)]
+        )
+    else:
+        grace = UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
+        closed_until = max(state.closed_until, window_start(now_ms - grace, window_ms))
+    due = [w for w in state.windows if w.start < closed_until]
+    if not due and closed_until == state.closed_until:
+        return state, []
+    records = []
+    for window in due:
+        end = window.start + window_ms
+        if finished and window.start < state.since < end:
+            end = state.since
+        records.append(_record(state, window, end))
+    # Keep the last state change at or before every window still to come, and later ones.
+    keep = sum(1 for when, _ in state.history if when <= closed_until)
+    state = msgspec.structs.replace(
+        state,
+        windows=tuple(w for w in state.windows if w.start >= closed_until),
+        closed_until=closed_until,
+        history=state.history[max(keep - 1, 0) :],
+    )
+    return state, records

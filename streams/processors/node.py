@@ -1,0 +1,334 @@
+"""The node side of one partition: samples and node events in; usage, GPU windows, alerts out.
+
+No Kafka here: the agent loop hands each input's bytes to `handle`, ticks to `on_tick`,
+sends what `Outputs` collected and stores `take_writes()` in the table. Everything is done
+in input order, one message at a time, so the records depend on the partition's order
+alone (and on ticks, which only apply once the data before them is processed).
+
+Stream time is the largest sample `ts` of the partition (SEMANTICS.md, Time). Node events
+do not move it: each is held until stream time reaches its `ts`, and applied then, before
+anything later. Each time stream time passes a window's end plus the allowed lateness the
+windows of every node close; each time it passes a flush boundary pending pod usage is
+flushed and missing telemetry is looked for. Pod usage before the partition's usage
+frontier (`streams.core.ticks.usage_frontier`) is late: the pod side may have closed it.
+
+A partition is idle once a tick finds it caught up with its inputs while the highest
+stream time any partition claims is more than `idle_after_ms` (or its longest sample
+interval) past the end of its newest sample, or it has no sample at all. An idle partition
+is raised to the lowest stream time of the partitions that are not idle, so that its
+windows close and its silent nodes are seen missing; its next sample ends the idleness.
+With `input_end_ms` (a replay of a range) a caught-up partition is raised to the input's
+end plus twice the allowed lateness instead: the pod side then closes the range's end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from schemas.codec import SchemaError
+from schemas.ids import NodeName
+from schemas.k8s_node import K8sNode
+from schemas.nvml_sample import NvmlSample
+from schemas.settings import RuleSettings
+from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
+from streams.core.gpu_alerts import on_node_removed, on_sample, on_watermark
+from streams.core.integrals import PriceBook, integrate_sample
+from streams.core.node_doc import (
+    NodeDoc,
+    NodeRuntime,
+    PartitionMeta,
+    decode_doc,
+    decode_meta,
+    encode,
+)
+from streams.core.sanity import check_node, check_sample, check_size, unknown_devices
+from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
+from streams.core.usage import FLUSH_MS
+from streams.processors.outputs import Counters, Outputs, Source
+
+__all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
+
+IDLE_AFTER_MS = 60_000  # the default of GPUWATCH_SOURCE_IDLE_AFTER_S
+
+META_KEY = b""  # the partition's own document; node names are never empty
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What every node partition of a worker shares."""
+
+    prefix: str
+    window_ms: int
+    lateness_ms: int
+    rules: RuleSettings
+    prices: PriceBook
+    flush_ms: int = FLUSH_MS
+    partitions: int = 1
+    """Partitions of the data topics (every one claims its stream time in the ticks)."""
+    idle_after_ms: int = IDLE_AFTER_MS
+    """How far the others' stream time must pass a caught-up partition's newest sample
+    for it to count as idle (at least its longest sample interval)."""
+    input_end_ms: int | None = None
+    """The event time the input ends at (a replay of a range); None for a live worker."""
+    live: Callable[[NvmlSample], None] | None = None
+    """Called with each new sample once processed (live GPU state for the sinks)."""
+    now_ms: Callable[[], int] | None = None
+    """The wall clock, for the one check of event time against it (data a day ahead)."""
+
+
+class NodePartition:
+    """The nodes of one partition and its stream time."""
+
+    def __init__(
+        self,
+        partition: int,
+        config: NodeConfig,
+        counters: Counters,
+        stored: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.counters = counters
+        self.nodes: dict[NodeName, NodeRuntime] = {}
+        self.stream_time: int | None = None
+        self.meta = PartitionMeta()
+        """Its own progress, idleness and the node events waiting for stream time."""
+        self.sources = SourceWatermarks(config.partitions)
+        self._samples = NVML_SAMPLES.full_name(config.prefix)
+        self._step = math.gcd(config.flush_ms, config.window_ms)
+        self._dirty: set[NodeName] = set()
+        self._meta_dirty = False
+        for key, raw in stored:
+            if key == META_KEY:
+                self.meta = decode_meta(raw)
+                self.stream_time = _later(self.stream_time, self.meta.stream_time)
+                continue
+            runtime = self._runtime(decode_doc(raw))
+            self.nodes[runtime.node] = runtime
+            if runtime.labels:
+                config.prices.set_node_labels(runtime.node, runtime.labels)
+            self.stream_time = _later(self.stream_time, runtime.windows.closed_through)
+        self._close_mark = self._marks()[0]
+        self._flush_mark = self._marks()[1]
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input message; its event time, or None when it was rejected."""
+        if raw is None:
+            out.dead(source, raw, "no value (a tombstone)", "tombstone")
+            return None
+        too_large = check_size(raw)
+        if too_large is not None:
+            out.dead(source, raw, too_large)
+            return None
+        if source.topic == self._samples:
+            return self._sample(source, raw, out)
+        return self._node_event(source, raw, out)
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """A tick whose data is in: idle or not, raise an idle one, look for silent nodes."""
+        self.counters.ticks += 1
+        c, meta = self.config, self.meta
+        self.sources.update(tick.claims, tick.idle)
+        if c.input_end_ms is not None:
+            self._advance(c.input_end_ms + 2 * c.lateness_ms, out)
+        else:
+            highest = self.sources.highest
+            if not meta.idle and (
+                meta.covered is None
+                or (highest is not None and highest > meta.covered + self._idle_after())
+            ):
+                meta.idle = self._meta_dirty = True
+            low = self.sources.lowest_active(but=self.partition)
+            if meta.idle and low is not None:
+                self._advance(low, out)
+        if self.stream_time is not None:
+            self._watermark(self.stream_time, out)
+
+    def claim(self) -> tuple[int, bool] | None:
+        """What the ticks say of this partition: (stream time, idle); None: nothing yet.
+
+        A partition with no sample claims -1 once it is idle; before that it says nothing,
+        and the pod side's watermark waits for it (it may hold data not yet processed).
+        """
+        if self.stream_time is None:
+            return (-1, True) if self.meta.idle else None
+        return self.stream_time, self.meta.idle
+
+    def _idle_after(self) -> int:
+        return max(self.config.idle_after_ms, self.meta.longest_interval_ms)
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """Documents changed since the last call (None: delete), the partition's last."""
+        writes: list[tuple[bytes, bytes | None]] = []
+        for name in sorted(self._dirty):
+            runtime = self.nodes.get(name)
+            if runtime is None:
+                continue
+            if runtime.empty():
+                del self.nodes[name]
+                writes.append((name.encode(), None))
+            else:
+                writes.append((name.encode(), encode(runtime.doc())))
+        self._dirty.clear()
+        if self._meta_dirty:
+            self.meta.stream_time = self.stream_time
+            writes.append((META_KEY, encode(self.meta)))
+            self._meta_dirty = False
+        return writes
+
+    def _runtime(self, doc: NodeDoc) -> NodeRuntime:
+        c = self.config
+        return NodeRuntime(doc, c.window_ms, c.lateness_ms, c.flush_ms)
+
+    def _node(self, name: NodeName) -> NodeRuntime:
+        runtime = self.nodes.get(name)
+        if runtime is None:
+            # A window the partition has closed is closed for a node first seen now too.
+            doc = NodeDoc(node=name, closed_through=self.stream_time)
+            runtime = self.nodes[name] = self._runtime(doc)
+        return runtime
+
+    def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        c = self.config
+        try:
+            sample = NVML_SAMPLES.decode(raw)
+        except SchemaError as exc:
+            out.rejected(source, raw, exc)
+            return None
+        errors = check_sample(sample, None if c.now_ms is None else c.now_ms())
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
+            return None
+        self.counters.unknown_devices += len(unknown_devices(sample))
+        known = self.nodes.get(sample.node)
+        if known is not None and known.seen_until is not None and sample.ts < known.seen_until:
+            self.counters.duplicates += 1  # a redelivery: the node's state has it already
+            return sample.ts
+        self._release(sample.ts, out)  # node events up to the sample's time come first
+        node = self._node(sample.node)
+        st = self.stream_time
+        frontier = (
+            None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
+        )
+        integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices)
+        late_before = node.usage.late
+        usage = node.usage.add(integrals, frontier)
+        if node.windows.add(integrals) or node.usage.late != late_before:
+            self.counters.late += 1
+        out.emit_all(POD_USAGE, usage)
+        node.alert, alerts, lost = on_sample(
+            node.alert,
+            sample,
+            c.rules,
+            idle_alert_after_s=c.rules.idle_alert_after_s,
+            telemetry_missing_after_s=c.rules.telemetry_missing_after_s,
+        )
+        out.emit_all(ALERTS, alerts)
+        self.counters.samples_missing += lost
+        node.seen_until = sample.ts + sample.interval_ms
+        self._dirty.add(node.node)
+        meta = self.meta
+        meta.covered = _later(meta.covered, node.seen_until)
+        meta.longest_interval_ms = max(meta.longest_interval_ms, sample.interval_ms)
+        meta.idle = False
+        self._meta_dirty = True
+        self._advance(sample.ts, out)
+        if c.live is not None:
+            c.live(sample)
+        return sample.ts
+
+    def _node_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            event = K8S_NODES.decode(raw)
+        except SchemaError as exc:
+            out.rejected(source, raw, exc)
+            return None
+        c = self.config
+        errors = check_node(event, None if c.now_ms is None else c.now_ms())
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
+            return None
+        if self.stream_time is None or event.ts > self.stream_time:
+            # Ahead of the samples: applied when stream time reaches it, in event time
+            # order with them, however the two topics are interleaved on the way in.
+            held = self.meta.held
+            held.append(event)
+            held.sort(key=lambda e: e.ts)  # stable: events of one time stay in order
+            self._meta_dirty = True
+            return event.ts
+        self._apply_node_event(event, out)
+        return event.ts
+
+    def _release(self, until: int, out: Outputs) -> None:
+        """Apply the held node events up to event time `until`."""
+        held = self.meta.held
+        if not held or held[0].ts > until:
+            return
+        due = [e for e in held if e.ts <= until]
+        self.meta.held = [e for e in held if e.ts > until]
+        self._meta_dirty = True
+        for event in due:
+            self._apply_node_event(event, out)
+
+    def _apply_node_event(self, event: K8sNode, out: Outputs) -> None:
+        node = self._node(event.node)
+        if event.type == "DELETED":
+            node.alert, alerts = on_node_removed(node.alert, event.ts)
+            node.deleted = True
+            out.emit_all(ALERTS, alerts)
+        else:
+            node.deleted = False
+            node.labels = dict(event.labels)
+            self.config.prices.set_node_labels(node.node, node.labels)
+        self._dirty.add(node.node)
+
+    def _marks(self) -> tuple[int | None, int | None]:
+        """Which window close and which flush boundary stream time has passed."""
+        st = self.stream_time
+        if st is None:
+            return None, None
+        return (st - self.config.lateness_ms) // self.config.window_ms, st // self._step
+
+    def _advance(self, ts: int, out: Outputs) -> None:
+        if self.stream_time is not None and ts <= self.stream_time:
+            return
+        self._release(ts, out)
+        self.stream_time = st = ts
+        close_mark, flush_mark = self._marks()
+        if close_mark != self._close_mark:
+            self._close_mark = close_mark
+            self._meta_dirty = True
+            for node in self.nodes.values():
+                out.emit_all(GPU_WINDOWS, node.windows.close(st))
+                self._dirty.add(node.node)  # its closed_through moved: store it
+        if flush_mark != self._flush_mark:
+            self._flush_mark = flush_mark
+            self._meta_dirty = True
+            for node in self.nodes.values():
+                tracks = len(node.usage.store)
+                usage = node.usage.flush(st)
+                if usage or len(node.usage.store) != tracks:
+                    out.emit_all(POD_USAGE, usage)
+                    self._dirty.add(node.node)
+            self._watermark(st, out)
+
+    def _watermark(self, st: int, out: Outputs) -> None:
+        """Missing telemetry of the nodes at stream time `st`."""
+        rules = self.config.rules
+        after = rules.telemetry_missing_after_s
+        for node in self.nodes.values():
+            node.alert, alerts = on_watermark(
+                node.alert, st, rules, telemetry_missing_after_s=after
+            )
+            if alerts:
+                out.emit_all(ALERTS, alerts)
+                self._dirty.add(node.node)
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The later of two optional times."""
+    if a is None:
+        return b
+    return a if b is None else max(a, b)

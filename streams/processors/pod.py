@@ -1,0 +1,298 @@
+"""The pod side of one partition: pod events and usage in; lifecycle, attribution, alerts out.
+
+`k8s.pods` and `pod.usage` are both keyed by pod uid and co-partitioned, so one partition
+holds every input of its pods: the join is a dict of `PodState` by uid, stored in a table
+(Faust's stream and table joins are not implemented).
+
+The pod side's watermark is the lowest usage frontier of the node partitions that are
+not idle (`streams.core.ticks.SourceWatermarks`, SEMANTICS.md, Time); a pod event's time never
+moves it. An input ahead of it is held, in memory, in release order; each tick releases,
+pod by pod, the held inputs it reached in event-time order (`pod_step.release`),
+so the records are the same however pod events and usage were interleaved on the way in:
+live, a day behind, or read again after a crash. An input at or behind the watermark is
+applied at once (a pod event late by its own time is counted late). A tick steps only the
+pods something is due of (`next_due`: a held input, a window to close, a queued alert, a
+finished pod to forget), and a pod's late input first steps it to the watermark it missed,
+so the outputs are those of stepping every pod on every tick at a fraction of the work.
+
+Held inputs are not stored with the state: a pod holding an hour of usage in a backlog
+(its node partition far ahead of the slowest) would rewrite it all every few seconds.
+Instead the partition's stored positions stay at the oldest input still held
+(`resume_offsets`), so a restart reads the held inputs again (and skips, as replays, what
+was released since).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import msgspec
+
+from schemas.codec import SchemaError
+from schemas.ids import PodUid
+from schemas.pod_usage import PodUsage
+from schemas.settings import RuleSettings, WindowSettings
+from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
+from streams.core import pod_state
+from streams.core.pod_state import Held, PodState, new_state
+from streams.core.pod_step import (
+    FINISHED_KEEP_MS,
+    PodOutputs,
+    next_due,
+    release,
+    step_pod_event,
+    step_usage,
+    step_watermark,
+)
+from streams.core.sanity import check_pod, check_size
+from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
+from streams.core.usage import FLUSH_MS
+from streams.processors.outputs import Counters, Outputs, Source
+
+__all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    """What every pod partition of a worker shares."""
+
+    prefix: str
+    partitions: int
+    rules: RuleSettings
+    windows: WindowSettings
+    live: Callable[[PodUsage], None] | None = None
+    """Called with each pod usage once processed (live share and VRAM for the sinks)."""
+    now_ms: Callable[[], int] | None = None
+    """The wall clock, for the one check of event time against it (data a day ahead)."""
+    flush_ms: int = FLUSH_MS
+    """The node side's usage flush period (for its usage frontier)."""
+
+    def frontier(self, stream_time: int) -> int:
+        """The usage frontier of a node partition at `stream_time`."""
+        w = self.windows
+        return usage_frontier(
+            stream_time, w.allowed_lateness_s * 1000, self.flush_ms, w.window_s * 1000
+        )
+
+
+class PodPartition:
+    """The pods of one partition, the node-side claims it has seen and its watermark."""
+
+    def __init__(
+        self,
+        partition: int,
+        config: PodConfig,
+        counters: Counters,
+        stored: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.counters = counters
+        self.pods: dict[PodUid, PodState] = {}
+        self._due: dict[PodUid, int] = {}
+        """Stream time at which each pod next needs a watermark step (`next_due`)."""
+        self._stepped: dict[PodUid, int] = {}
+        """The watermark each pod was last stepped to."""
+        self._held: dict[PodUid, list[Held]] = {}
+        """Each pod's inputs ahead of the watermark, in release order."""
+        self._held_at: dict[str, dict[int, PodUid]] = {}
+        """Offsets of the held inputs, by topic (a redelivery of one is a duplicate)."""
+        self._held_offsets: dict[tuple[PodUid, int], tuple[str, int]] = {}
+        for _key, raw in stored:
+            self._keep(pod_state.decode(raw))
+        self.sources = SourceWatermarks(config.partitions, config.frontier)
+        self.stream_time: int | None = None
+        """Largest event time of the partition's inputs."""
+        self.applied: int | None = None
+        """The watermark applied last: inputs at or behind it are applied at once."""
+        self._pods_topic = K8S_PODS.full_name(config.prefix)
+        self._dirty: set[PodUid] = set()
+        self._gone: set[PodUid] = set()
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input message; its event time, or None when it was rejected."""
+        if raw is None:
+            out.dead(source, raw, "no value (a tombstone)", "tombstone")
+            return None
+        too_large = check_size(raw)
+        if too_large is not None:
+            out.dead(source, raw, too_large)
+            return None
+        if source.topic == self._pods_topic:
+            return self._pod_event(source, raw, out)
+        return self._usage(source, raw, out)
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """A tick whose data is in: release and step the pods due by the new watermark."""
+        self.counters.ticks += 1
+        wm = self.sources.update(tick.claims, tick.idle)
+        if wm is None or (self.applied is not None and wm <= self.applied):
+            return
+        self.applied = wm
+        c = self.config
+        for uid in sorted(uid for uid, at in self._due.items() if at <= wm):
+            state = self.pods[uid]
+            held = self._held.get(uid)
+            if held and held[0].key <= wm:
+                cut = bisect.bisect_right(held, (wm, 1), key=Held.order)
+                ready, rest = held[:cut], held[cut:]
+                self._unhold(uid, ready, rest)
+                after, outputs = release(state, ready, wm, c.rules, c.windows)
+                self.counters.late += outputs.late_usage
+                self._publish(outputs, out)
+                self._stepped[uid] = wm
+                self._keep(after)
+                if after != state:
+                    self._dirty.add(uid)
+            else:
+                after = self._catch_up(state, out)
+            finished = after.state == "finished" and not after.windows and uid not in self._held
+            if finished and wm >= after.since + FINISHED_KEEP_MS:
+                del self.pods[uid]
+                self._due.pop(uid, None)
+                self._stepped.pop(uid, None)
+                self._gone.add(uid)
+
+    def _catch_up(self, state: PodState, out: Outputs) -> PodState:
+        """The pod stepped to the watermark applied last, unless it was already."""
+        uid, wm = state.uid, self.applied
+        if wm is None or self._stepped.get(uid) == wm:
+            return state
+        c = self.config
+        after, outputs = step_watermark(state, wm, c.rules, c.windows)
+        self._publish(outputs, out)
+        self._stepped[uid] = wm
+        self._keep(after)
+        # A watermark alone moves `horizon`; storing that for every pod on every tick
+        # would rewrite the whole table each second. Stepping to it again is a no-op.
+        if msgspec.structs.replace(after, horizon=state.horizon) != state:
+            self._dirty.add(uid)
+        return after
+
+    def _keep(self, state: PodState) -> None:
+        """Hold a pod's state and when it is next due."""
+        self.pods[state.uid] = state
+        due = next_due(state, self.config.rules, self.config.windows)
+        held = self._held.get(state.uid)
+        if held:
+            due = held[0].key if due is None else min(due, held[0].key)
+        if due is None:
+            self._due.pop(state.uid, None)
+        else:
+            self._due[state.uid] = due
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """States changed since the last call (None: delete)."""
+        writes: list[tuple[bytes, bytes | None]] = [(uid.encode(), None) for uid in self._gone]
+        writes += [
+            (uid.encode(), pod_state.encode(self.pods[uid]))
+            for uid in sorted(self._dirty)
+            if uid in self.pods
+        ]
+        self._dirty.clear()
+        self._gone.clear()
+        return writes
+
+    def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            event = K8S_PODS.decode(raw)
+        except SchemaError as exc:
+            out.rejected(source, raw, exc)
+            return None
+        c = self.config
+        errors = check_pod(event, None if c.now_ms is None else c.now_ms())
+        if errors:
+            out.dead(source, raw, "; ".join(errors))
+            return None
+        self._input(source, Held(key=event.ts, event=event), out)
+        self._observe(event.ts)
+        return event.ts
+
+    def _usage(self, source: Source, raw: bytes, out: Outputs) -> int | None:
+        try:
+            usage = POD_USAGE.decode(raw)
+        except SchemaError as exc:
+            out.rejected(source, raw, exc)
+            return None
+        c = self.config
+        # Released once the watermark is past its start: no usage starting before the
+        # usage frontier can come later (SEMANTICS.md, Time).
+        self._input(source, Held(key=usage.ts + 1, usage=usage), out)
+        self._observe(usage.end_ts)
+        if c.live is not None:
+            c.live(usage)  # live share and VRAM need not wait for the watermark
+        return usage.end_ts
+
+    def resume_offsets(self) -> dict[str, int]:
+        """The oldest offset still held of each input: where a restart must read from."""
+        return {topic: min(offsets) for topic, offsets in self._held_at.items() if offsets}
+
+    def _unhold(self, uid: PodUid, ready: list[Held], rest: list[Held]) -> None:
+        for item in ready:
+            topic, offset = self._held_offsets.pop((uid, id(item)))
+            self._held_at[topic].pop(offset, None)
+        if rest:
+            self._held[uid] = rest
+        else:
+            del self._held[uid]
+
+    def _input(self, source: Source, item: Held, out: Outputs) -> None:
+        """Hold an input ahead of the watermark; apply one at or behind it at once."""
+        c = self.config
+        uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
+        if self.applied is None or item.key > self.applied:
+            offsets = self._held_at.setdefault(source.topic, {})
+            if source.offset in offsets:
+                self.counters.duplicates += 1  # a redelivery of an input still held
+                return
+            offsets[source.offset] = uid
+            self._held_offsets[(uid, id(item))] = (source.topic, source.offset)
+            bisect.insort(self._held.setdefault(uid, []), item, key=Held.order)
+            state = self.pods.get(uid)
+            if state is None:
+                state = new_state(uid)
+                if self.applied is not None:
+                    self._stepped[uid] = self.applied  # new: nothing of older ticks to catch up
+            self._keep(state)
+            self._gone.discard(uid)
+            return
+        before = self._current(uid, out)
+        if item.event is not None:
+            after, outputs = step_pod_event(before, item.event, c.rules, c.windows)
+            if after != before:
+                self.counters.late += 1  # behind the watermark by its own time, applied now
+        else:
+            assert item.usage is not None  # an input is one or the other
+            after, outputs = step_usage(before, item.usage, c.rules, c.windows)
+            self.counters.late += outputs.late_usage
+        self._store(before, after, outputs, out)
+
+    def _store(
+        self, before: PodState | None, after: PodState, outputs: PodOutputs, out: Outputs
+    ) -> None:
+        self._publish(outputs, out)
+        if after == before:
+            self.counters.duplicates += 1
+            return
+        if before is None and self.applied is not None:
+            # New since the last tick: stepping every pod would not have stepped it yet.
+            self._stepped[after.uid] = self.applied
+        self._keep(after)
+        self._dirty.add(after.uid)
+        self._gone.discard(after.uid)
+
+    def _current(self, uid: PodUid, out: Outputs) -> PodState | None:
+        """A pod's state as of the watermark applied last (None: a pod not seen)."""
+        state = self.pods.get(uid)
+        return None if state is None else self._catch_up(state, out)
+
+    def _publish(self, outputs: PodOutputs, out: Outputs) -> None:
+        out.emit_all(POD_LIFECYCLE, outputs.lifecycle)
+        out.emit_all(ATTRIBUTION, outputs.attributions)
+        out.emit_all(ALERTS, outputs.alerts)
+
+    def _observe(self, ts: int) -> None:
+        if self.stream_time is None or ts > self.stream_time:
+            self.stream_time = ts

@@ -1,0 +1,283 @@
+"""The loop of one Faust agent: batches of events to per-partition processors, outputs, state.
+
+One agent reads a channel of co-partitioned topics (its data topics and the tick topic),
+so the events of a partition reach it in order. Per batch:
+
+1. each event goes to its partition's processor (created from the table on first use);
+   ticks wait in `Progress` until the data before them is processed, then run;
+2. the records the batch made are sent, and the producer is flushed: outputs are
+   acknowledged before the state that says they were made is written;
+3. every `state_every_s` (not every batch: a node's document is twice its sample's bytes,
+   and writing it once a second per node was a tenth of the worker's CPU), the state
+   changed since the last write is written to the table's changelog, with the partition
+   explicitly: Faust's `table[key] = value` takes the partition from the current event,
+   which a batch of several partitions does not have; `hand_over` then gives it to the
+   producer's client without waiting for the acks (the records of `send` wait for `flush`
+   to hand them over);
+4. Faust acks the batch's events when the loop asks for the next batch, and commits the
+   acked offsets later, after flushing the producer again (its default at-least-once).
+
+A crash loses at most the work after the last state write: the inputs come again from
+the positions stored with it, replays that the state already holds are skipped, and the
+rest gives records equal to the ones already sent (at-least-once, same identities).
+
+With the state, each partition stores the next offset of each input it has processed, or
+of the oldest one its processor still holds in memory (`POSITIONS`), so that after a
+restart or a rebalance the loop knows where its state ends even where Faust committed
+past records it never delivered (`streams.runtime.rewinds`). An input partition with neither
+stored positions nor a commit starts at its log start: before its first event is taken,
+the loop learns that offset (`load_starts`), so a first event past it (the ones before
+dropped by Faust while the partition was being assigned) is a gap like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+from streams.core.ticks import Committed, Progress, Tick, decode_tick
+from streams.processors.outputs import Counters, Outputs, Record, Source
+from streams.runtime.rewinds import Rewinds, Seek, StartOf
+
+__all__ = [
+    "BATCH_MAX",
+    "BATCH_WITHIN_S",
+    "POSITIONS",
+    "STATE_EVERY_S",
+    "AgentLoop",
+    "Message",
+    "Processor",
+    "StateTable",
+]
+
+log = logging.getLogger(__name__)
+
+BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input at most
+BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
+STATE_EVERY_S = 5.0  # state writes at most this often: what a crash has to read again
+POSITIONS = b"@positions"  # no processor key starts with "@" (node names, pod uids, b"")
+
+
+class Message(NamedTuple):
+    """The parts of a Kafka message the loop uses."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Processor(Protocol):
+    """One partition's side of the pipeline (`NodePartition`, `PodPartition`)."""
+
+    @property
+    def stream_time(self) -> int | None:
+        """The partition's stream time, None before any."""
+        ...
+
+    def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
+        """Process one input; its event time, None when rejected."""
+        ...
+
+    def on_tick(self, tick: Tick, out: Outputs) -> None:
+        """Apply a tick whose data is in."""
+        ...
+
+    def take_writes(self) -> list[tuple[bytes, bytes | None]]:
+        """Changed state since the last call, by key (None: delete)."""
+        ...
+
+
+class StateTable(Protocol):
+    """A changelog-backed key/value table whose keys are grouped by partition."""
+
+    def load(self, partition: int) -> list[tuple[bytes, bytes]]:
+        """Every key and value of a partition."""
+        ...
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Set (None: delete) a key of a partition, locally and in the changelog."""
+        ...
+
+
+Make = Callable[[int, list[tuple[bytes, bytes]]], Processor]
+LoadStarts = Callable[[list[tuple[str, int]]], Awaitable[None]]
+"""Learn the log start offsets of input partitions (afterwards `start_of` knows them)."""
+
+
+class AgentLoop:
+    """Runs batches through the processors of the partitions this worker owns."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        inputs: Iterable[str],
+        tick_topic: str,
+        table: StateTable,
+        make: Make,
+        outputs: Outputs,
+        committed: Committed,
+        send: Callable[[Record], None],
+        flush: Callable[[], Awaitable[None]],
+        hand_over: Callable[[], Awaitable[None]] | None = None,
+        seek: Seek | None = None,
+        start_of: StartOf = lambda topic, partition: None,
+        load_starts: LoadStarts | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        state_every_s: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.tick_topic = tick_topic
+        self.partitions: dict[int, Processor] = {}
+        self.progress = Progress(inputs, committed)
+        self.outputs = outputs
+        self._table = table
+        self._make = make
+        self._send = send
+        self._flush = flush
+        self._hand_over = hand_over
+        self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
+        self._load_starts = load_starts
+        self._monotonic = monotonic
+        self._state_every_s = state_every_s
+        self._state_due = 0.0
+        self._unwritten: set[int] = set()
+        """Partitions with inputs processed since their positions were last written."""
+
+    @property
+    def counters(self) -> Counters:
+        """The worker's counters."""
+        return self.outputs.counters
+
+    async def run(self, stream: Any) -> None:
+        """The agent body: batches of a Faust stream until it ends."""
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await self.process([_message(event) for event in events])
+
+    async def process(self, messages: list[Message]) -> None:
+        """One batch: process, send and flush the outputs, then store the state."""
+        out = self.outputs
+        await self._learn_starts(messages)
+        for m in messages:
+            processor = self._processor(m.partition)
+            source = Source(m.topic, m.partition, m.offset, m.key)
+            if m.topic == self.tick_topic:
+                try:
+                    tick = decode_tick(m.value or b"")
+                except msgspec.DecodeError as exc:
+                    out.dead(source, m.value, f"not a worker tick: {exc}", "tick")
+                    continue
+                self.progress.park(m.partition, tick)
+                continue
+            if self.rewinds.gap(m.topic, m.partition, m.offset):
+                continue
+            counters = self.counters
+            counters.events += 1
+            counters.by_topic[m.topic] = counters.by_topic.get(m.topic, 0) + 1
+            try:
+                processor.handle(source, m.value, out)
+            except Exception as exc:  # a bug of ours must not stop the partition for good
+                log.exception("processing failed topic=%s offset=%d", m.topic, m.offset)
+                out.dead(source, m.value, f"internal error: {exc!r}", "internal")
+            self.progress.processed(m.topic, m.partition, m.offset)
+            self._unwritten.add(m.partition)
+        for partition in self.progress.has_pending():
+            processor = self._processor(partition)
+            for tick in self.progress.ready(partition):
+                processor.on_tick(tick, out)
+            self.rewinds.watch(partition, self.progress.head(partition))
+        records = out.take()
+        for record in records:
+            self._send(record)
+        if records:
+            await self._flush()
+        now = self._monotonic()
+        if now >= self._state_due:
+            self._state_due = now + self._state_every_s
+            self._write_state()
+            if self._hand_over is not None:
+                await self._hand_over()  # state writes to the client, before the batch is acked
+        await self.rewinds.seek()
+
+    async def _learn_starts(self, messages: list[Message]) -> None:
+        """The log starts of the batch's input partitions that nothing else places.
+
+        A partition just assigned, with no stored positions and no commit, is read from its
+        log start; until the offset probe has run once the loop does not know that start,
+        and would take a first event past it (the earlier ones dropped by Faust while the
+        partition was being assigned) as where the input begins.
+        """
+        if self._load_starts is None:
+            return
+        inputs = {(m.topic, m.partition) for m in messages}  # a few keys: one look-up each
+        unknown = sorted(
+            key
+            for key in inputs
+            if key[0] != self.tick_topic and self.rewinds.expected(*key) is None
+        )
+        if not unknown:
+            return
+        try:
+            await self._load_starts(unknown)
+        except Exception as exc:  # the broker away: the events wait, the partitions are read again
+            log.warning(
+                "%s log start offsets unknown partitions=%s error=%r", self.name, unknown, exc
+            )
+        for topic, partition in unknown:
+            if self.rewinds.expected(topic, partition) is None:
+                first = min(
+                    m.offset for m in messages if (m.topic, m.partition) == (topic, partition)
+                )
+                self.rewinds.unplaced(topic, partition, first)
+
+    def _write_state(self) -> None:
+        """The state changed since the last write, and each partition's input positions."""
+        for partition, processor in self.partitions.items():
+            for key, value in processor.take_writes():
+                self._table.write(partition, key, value)
+        for partition in sorted(self._unwritten):
+            owner = self.partitions.get(partition)
+            if owner is not None:
+                positions = self.progress.positions(partition)
+                # Inputs a processor holds in memory (the pod side's, ahead of its
+                # watermark) are read again after a restart: the position stays at them.
+                resume = getattr(owner, "resume_offsets", None)
+                for topic, offset in (resume() if resume is not None else {}).items():
+                    if topic in positions:
+                        positions[topic] = min(positions[topic], offset)
+                self._table.write(partition, POSITIONS, json.dumps(positions).encode())
+        self._unwritten.clear()
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Drop the processors of revoked partitions; they reload from the table if they return."""
+        gone = set(partitions)
+        for partition in gone:
+            self.partitions.pop(partition, None)
+            self._unwritten.discard(partition)
+        self.progress.forget(gone)
+        self.rewinds.forget(gone)
+
+    def _processor(self, partition: int) -> Processor:
+        processor = self.partitions.get(partition)
+        if processor is None:
+            stored = self._table.load(partition)
+            for key, value in stored:
+                if key == POSITIONS:
+                    self.progress.restore(partition, json.loads(value))
+            stored = [(key, value) for key, value in stored if key != POSITIONS]
+            processor = self.partitions[partition] = self._make(partition, stored)
+            log.info("%s partition=%d loaded keys=%d", self.name, partition, len(stored))
+        return processor
+
+
+def _message(event: Any) -> Message:
+    """A Faust event's message."""
+    m = event.message
+    return Message(m.topic, m.partition, m.offset, m.key, m.value)
