@@ -1,4 +1,11 @@
-"""Creates and checks the Kafka topics of DESIGN.md §3 (the kafka-python admin adapter)."""
+"""Kafka for every kafka-python client of gpuwatch: the client factory and the topic admin.
+
+`producer`, `consumer` and `admin` build clients from the Kafka settings (servers, SASL
+and TLS come from `KafkaSettings.client_options`, the one place that reads them); the
+types and errors the callers need are re-exported here, so that kafka-python is imported
+by this module and the node side's sender (`producers.kafka`) alone. The rest creates
+and checks the topics of DESIGN.md §3.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,37 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+    TopicAlreadyExistsError,
+)
 
 from schemas import ALL_TOPICS, POD_KEYED, TopicSpec
-from schemas.settings import Settings
+from schemas.settings import KafkaSettings, Settings
+
+__all__ = [
+    "CommitFailedError",
+    "KafkaAdminClient",
+    "KafkaConsumer",
+    "KafkaError",
+    "KafkaProducer",
+    "KafkaTimeoutError",
+    "NoBrokersAvailable",
+    "OffsetAndMetadata",
+    "TopicAdminError",
+    "TopicPartition",
+    "admin",
+    "consumer",
+    "create_topics",
+    "delete_topics",
+    "describe_topics",
+    "producer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +73,21 @@ class TopicRow:
         return self.outcome in ("created", "exists")
 
 
+def producer(kafka: KafkaSettings, **options: Any) -> KafkaProducer:
+    """A kafka-python producer on the cluster of `kafka`; `options` add or override."""
+    return KafkaProducer(**(kafka.client_options() | options))
+
+
+def consumer(kafka: KafkaSettings, *topics: str, **options: Any) -> KafkaConsumer:
+    """A kafka-python consumer (subscribed to `topics` when given); `options` add or override."""
+    return KafkaConsumer(*topics, **(kafka.client_options() | options))
+
+
+def admin(kafka: KafkaSettings, **options: Any) -> KafkaAdminClient:
+    """A kafka-python admin client; `options` add or override."""
+    return KafkaAdminClient(**(kafka.client_options() | options))
+
+
 def topic_configs(spec: TopicSpec[Any]) -> dict[str, str]:
     """Broker-side configs of one topic: cleanup policy and retention."""
     configs = {"cleanup.policy": "compact,delete" if spec.compacted else "delete"}
@@ -52,10 +99,8 @@ def topic_configs(spec: TopicSpec[Any]) -> dict[str, str]:
 @contextmanager
 def _admin(settings: Settings) -> Iterator[KafkaAdminClient]:
     try:
-        admin = KafkaAdminClient(
-            client_id="gpuwatch-admin",
-            request_timeout_ms=ADMIN_TIMEOUT_MS,
-            **settings.kafka.client_options(),
+        client = admin(
+            settings.kafka, client_id="gpuwatch-admin", request_timeout_ms=ADMIN_TIMEOUT_MS
         )
     except KafkaError as exc:
         raise TopicAdminError(
@@ -63,9 +108,9 @@ def _admin(settings: Settings) -> Iterator[KafkaAdminClient]:
             "is the stack up (`gpuwatch stack up`)?"
         ) from exc
     try:
-        yield admin
+        yield client
     finally:
-        admin.close()
+        client.close()
 
 
 def _existing(admin: KafkaAdminClient, names: list[str]) -> dict[str, int]:
