@@ -2,6 +2,11 @@
 
 This is the one place that reads the environment. A bad value fails here, at start,
 with a message that names where it came from: the variable, the file key or the flag.
+
+The layers are merged here rather than by pydantic-settings: its sources are merged
+before validation, so a failure could name the field but not the variable, file key or
+flag that set it, and its settings classes read the environment when built, where here
+`schemas.settings` stays a plain model that this module alone fills.
 """
 
 from __future__ import annotations
