@@ -202,6 +202,6 @@ def test_the_context_builds_a_wheel_with_the_generated_modules(tmp_path: Path) -
         scripts = archive.read(entry_points).decode()
     for module in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api.proto"):
         assert f"producers/podresources/{module}" in names, module
-    assert "gpuwatch/cli.py" in names
+    assert "gpuwatch/cli/main.py" in names
     assert any(n.startswith("schemas/json/") and n.endswith(".json") for n in names)
     assert "gpuwatch = gpuwatch.cli:main" in scripts

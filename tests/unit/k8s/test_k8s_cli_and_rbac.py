@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.cli import _overrides, build_parser
+from gpuwatch.cli.main import _overrides, build_parser
 from gpuwatch.config import load_settings
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher

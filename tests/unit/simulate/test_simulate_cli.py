@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.cli import _overrides, build_parser, main
+from gpuwatch.cli.main import _overrides, build_parser, main
 from gpuwatch.run.simulate import format_summary, load, parse_epoch
 from producers.simulate.runner import SimulationSummary
 

@@ -1,0 +1,81 @@
+"""`gpuwatch bench`: the benchmarks of BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.cli.common import UserFacingError
+from gpuwatch.cli.options import add_flag, add_float, add_int, add_verb
+from schemas.settings import Settings
+
+
+def add_parser(verbs: Any) -> None:
+    """The `bench` verb: `worker` (the default) or `producer`."""
+    bench = add_verb(
+        verbs,
+        "bench",
+        _bench,
+        "the benchmarks of BENCHMARKS.md",
+        "Run the benchmarks of BENCHMARKS.md against the local stack "
+        "(`gpuwatch stack up`). Each reports a ratio against a baseline measured in the same "
+        "run, so a figure from a loaded machine still compares. `worker` (the default): one "
+        "worker process on a simulated fleet's stream (throughput against a bare aiokafka "
+        "consumer, latency to Redis under a paced load, memory, and the node agent's CPU per "
+        "GPU-sample), on topics and a Redis database of its own, removed afterwards. "
+        "`producer`: CPU time of the node agent per GPU-sample with simulated GPUs, alone "
+        "and with publishing to the local Kafka.",
+    )
+    bench.add_argument(
+        "which",
+        nargs="?",
+        default="worker",
+        choices=["producer", "worker"],
+        help="benchmark to run (worker)",
+    )
+    add_flag(bench, "--json", "print one JSON line")
+    add_flag(bench, "--quick", "a smaller run (seconds)")
+    bench.add_argument("--gpus", type=int, default=8, metavar="N", help="GPUs per node (8)")
+    add_flag(bench, "--no-kafka", "skip the part that publishes to Kafka")
+    worker = bench.add_argument_group("worker")
+    add_int(worker, "--nodes", "N", "nodes of the fleet (5000)")
+    add_int(worker, "--seconds", "S", "seconds of samples in the backlog (10)")
+    add_float(
+        worker,
+        "--interval",
+        "seconds between a node's samples in the backlog (1; recorded history: 30, 57)",
+        metavar="S",
+    )
+    add_float(worker, "--rate", "paced load in GPU-samples/s (40000)", metavar="R")
+    add_float(worker, "--paced-seconds", "length of the paced load (30)", metavar="S")
+    add_int(worker, "--redis-db", "DB", "scratch Redis database, flushed (6)")
+    worker.add_argument("--plot", type=Path, metavar="PNG", help="write the plot there")
+
+
+def _bench(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch.bench import run as bench
+    from gpuwatch.bench import worker as bench_worker
+
+    config = None
+    if args.which == "worker":
+        try:
+            config = bench_worker.config_from_args(args)
+        except ValueError as exc:
+            raise UserFacingError(f"bench worker: {exc}") from exc
+    if config is not None or not args.no_kafka:
+        missing = bench.missing_services(settings, redis=config is not None)
+        if missing:
+            raise UserFacingError(
+                f"bench {args.which}: {'; '.join(missing)}. Start the local stack with "
+                "`gpuwatch stack up`, or point GPUWATCH_KAFKA_BOOTSTRAP / GPUWATCH_REDIS_URL "
+                "at running ones."
+            )
+    if config is not None:
+        return bench_worker.main(args, settings, config)
+    ticks = 500 if args.quick else 5000
+    result = bench.bench_producer(
+        settings, ticks, args.gpus, kafka=not args.no_kafka, paced_seconds=5 if args.quick else 20
+    )
+    print(bench.producer_json(result) if args.json else bench.format_producer(result))
+    return 0

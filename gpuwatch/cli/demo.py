@@ -1,0 +1,55 @@
+"""`gpuwatch demo`: the whole product on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpuwatch.cli.common import UserFacingError, progress
+from gpuwatch.cli.options import add_duration, add_flag, add_scenario, add_speed, add_verb
+from schemas.settings import Settings
+
+
+def add_parser(verbs: Any) -> None:
+    """The `demo` verb."""
+    demo = add_verb(
+        verbs,
+        "demo",
+        _demo,
+        "the whole product on this machine: stack, topics, simulated cluster, worker, view",
+        "Start what is missing of the local stack (Kafka, Redis, Prometheus), "
+        "create the topics, run the worker and a simulated cluster (`gpuwatch simulate`) and "
+        "show the live view (`gpuwatch top`) until Ctrl-C. Ctrl-C stops what the demo started, "
+        "the stack too unless it was already running or --keep-stack is given. The demo "
+        "shortens the stall and alert rules (GPUWATCH_STALL_AFTER_S=120, "
+        "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
+        "set. Logs go to the stack's log directory (demo-worker.log, demo-simulate.log).",
+    )
+    add_scenario(demo, "simulated cluster: small, fleet, incident or a YAML file (default: small)")
+    add_speed(demo, "simulated time runs FACTOR times faster than wall time (default: 1)")
+    add_duration(demo, "stop after this many seconds (default: at Ctrl-C)", dest="demo_duration")
+    add_flag(demo, "--no-ui", "no live view: wait, then print `gpuwatch top --once` at the end")
+    add_flag(
+        demo,
+        "--keep-stack",
+        "leave the stack running at the end, to look at Prometheus and Redis after",
+    )
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch.run import demo
+
+    if args.speed <= 0 or (args.demo_duration is not None and args.demo_duration <= 0):
+        raise UserFacingError("demo: --speed and --duration must be positive")
+    options = demo.DemoOptions(
+        scenario=args.scenario,
+        speed=args.speed,
+        duration_s=args.demo_duration,
+        ui=not args.no_ui,
+        keep_stack=args.keep_stack,
+    )
+    try:
+        return demo.run(settings, options, sys.stdout, progress)
+    except demo.DemoError as exc:
+        raise UserFacingError(f"demo: {exc}") from exc
