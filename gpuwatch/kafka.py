@@ -4,7 +4,8 @@
 and TLS come from `KafkaSettings.client_options`, the one place that reads them); the
 types and errors the callers need are re-exported here, so that kafka-python is imported
 by this module and the node side's sender (`producers.kafka`) alone. The rest creates
-and checks the topics of DESIGN.md §3.
+and checks topics: those of DESIGN.md §3 together, another (the worker's internal tick
+topic) on its own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from kafka.errors import (
     CommitFailedError,
     KafkaError,
     KafkaTimeoutError,
-    NoBrokersAvailable,
     TopicAlreadyExistsError,
 )
 
@@ -35,15 +35,17 @@ __all__ = [
     "KafkaError",
     "KafkaProducer",
     "KafkaTimeoutError",
-    "NoBrokersAvailable",
     "OffsetAndMetadata",
     "TopicAdminError",
     "TopicPartition",
     "admin",
     "consumer",
+    "create_topic",
     "create_topics",
     "delete_topics",
     "describe_topics",
+    "ensure_topic",
+    "new_topic",
     "producer",
 ]
 
@@ -73,19 +75,50 @@ class TopicRow:
         return self.outcome in ("created", "exists")
 
 
-def producer(kafka: KafkaSettings, **options: Any) -> KafkaProducer:
+def producer(kafka: KafkaSettings, /, **options: Any) -> KafkaProducer:
     """A kafka-python producer on the cluster of `kafka`; `options` add or override."""
     return KafkaProducer(**(kafka.client_options() | options))
 
 
-def consumer(kafka: KafkaSettings, *topics: str, **options: Any) -> KafkaConsumer:
+def consumer(kafka: KafkaSettings, /, *topics: str, **options: Any) -> KafkaConsumer:
     """A kafka-python consumer (subscribed to `topics` when given); `options` add or override."""
     return KafkaConsumer(*topics, **(kafka.client_options() | options))
 
 
-def admin(kafka: KafkaSettings, **options: Any) -> KafkaAdminClient:
+def admin(kafka: KafkaSettings, /, **options: Any) -> KafkaAdminClient:
     """A kafka-python admin client; `options` add or override."""
     return KafkaAdminClient(**(kafka.client_options() | options))
+
+
+def new_topic(kafka: KafkaSettings, name: str, configs: dict[str, str]) -> NewTopic:
+    """A topic with the partition count and replication factor of the settings."""
+    return NewTopic(
+        name=name,
+        num_partitions=kafka.partitions,
+        replication_factor=kafka.replication_factor,
+        topic_configs=configs,
+    )
+
+
+def create_topic(client: KafkaAdminClient, topic: NewTopic) -> bool:
+    """Create one topic; False when it exists already.
+
+    One request per topic, so a topic created meanwhile by another process (a second
+    worker starting) does not fail the others.
+    """
+    try:
+        client.create_topics([topic], timeout_ms=ADMIN_TIMEOUT_MS, wait_for_metadata=True)
+    except TopicAlreadyExistsError:
+        return False
+    log.info("topic created topic=%s partitions=%d", topic.name, topic.num_partitions)
+    return True
+
+
+def ensure_topic(client: KafkaAdminClient, topic: NewTopic) -> int:
+    """Create the topic unless it exists; the partition count it has."""
+    create_topic(client, topic)
+    described = client.describe_topics([topic.name])
+    return len(described[0]["partitions"])
 
 
 def topic_configs(spec: TopicSpec[Any]) -> dict[str, str]:
@@ -132,27 +165,11 @@ def create_topics(settings: Settings) -> list[TopicRow]:
         with _admin(settings) as admin:
             existing = _existing(admin, names)
             new = [
-                NewTopic(
-                    name=spec.full_name(prefix),
-                    num_partitions=want,
-                    replication_factor=settings.kafka.replication_factor,
-                    topic_configs=topic_configs(spec),
-                )
+                new_topic(settings.kafka, spec.full_name(prefix), topic_configs(spec))
                 for spec in ALL_TOPICS
                 if spec.full_name(prefix) not in existing
             ]
-            created: set[str] = set()
-            for topic in new:
-                # One request per topic, so a topic created meanwhile by another
-                # process (a second worker starting) does not fail the others.
-                try:
-                    admin.create_topics(
-                        [topic], timeout_ms=ADMIN_TIMEOUT_MS, wait_for_metadata=True
-                    )
-                    created.add(topic.name)
-                    log.info("topic created topic=%s partitions=%d", topic.name, want)
-                except TopicAlreadyExistsError:
-                    pass
+            created = {topic.name for topic in new if create_topic(admin, topic)}
             if len(created) < len(new):
                 existing = _existing(admin, names)
     except KafkaError as exc:

@@ -28,6 +28,7 @@ __all__ = [
     "POD_KEYED",
     "POD_LIFECYCLE",
     "POD_USAGE",
+    "SINK_TOPICS",
     "by_name",
 ]
 
@@ -60,6 +61,9 @@ POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
     spec for spec in ALL_TOPICS if spec.key == "pod_uid"
 )
 """Topics keyed by pod uid: joined by co-partitioning, so they must share a partition count."""
+
+SINK_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)
+"""The derived topics a sink reads back (the worker's Redis writer)."""
 
 
 def by_name(name: str) -> TopicSpec[Any]:

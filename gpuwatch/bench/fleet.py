@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaProducer
 
 from producers.agent.loop import NodeAgent
 from producers.simulate.node import SimPod, simple_node
@@ -26,7 +25,7 @@ from schemas.k8s_pod import Condition, ContainerStatus, K8sPod, Owner
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import KafkaSettings
 from schemas.topics import K8S_PODS, NVML_SAMPLES
-from streams.faust.tick_timer import aiokafka_options
+from streams.faust.clients import aiokafka_producer
 
 __all__ = ["Fleet", "PacedResult", "build_fleet", "pace", "pod_event", "produce"]
 
@@ -186,13 +185,13 @@ def pod_event(pod: SimPod, node: str, t0_ms: int, team: str) -> K8sPod:
     )
 
 
-def _producer(kafka: KafkaSettings, **options: Any) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
+def _producer(kafka: KafkaSettings, **options: Any) -> Any:
+    return aiokafka_producer(
+        kafka,
         client_id="gpuwatch-bench",
         acks=1,
         compression_type="lz4",  # as the agents and the watcher send
         request_timeout_ms=30_000,
-        **aiokafka_options(kafka),
         **options,
     )
 

@@ -22,15 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka import TopicPartition as KafkaTopicPartition
-
+from gpuwatch.kafka import TopicPartition as KafkaTopicPartition
+from gpuwatch.kafka import admin, consumer
 from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES
+from sinks.redis import client as redis_client
 from sinks.redis.keys import RedisKeys
-from streams.faust.tick_timer import aiokafka_options
+from streams.faust.clients import TopicPartition, aiokafka_consumer
 
 __all__ = [
     "CommitWatcher",
@@ -141,11 +139,10 @@ class Offsets:
     """End offsets of the bench's topics and the committed offsets of the worker's group."""
 
     def __init__(self, settings: Settings) -> None:
-        options = settings.kafka.client_options()
         self.partitions = settings.kafka.partitions
         self.group = settings.kafka.app_id
-        self._admin = KafkaAdminClient(client_id="gpuwatch-bench", **options)
-        self._consumer = KafkaConsumer(enable_auto_commit=False, **options)
+        self._admin = admin(settings.kafka, client_id="gpuwatch-bench")
+        self._consumer = consumer(settings.kafka, enable_auto_commit=False)
 
     def exists(self, topic: str) -> bool:
         """Whether the topic exists (the worker creates its tick topic when it starts)."""
@@ -210,7 +207,7 @@ class LatencyProbe:
     """Reads `updated_at` of the watched GPUs' Redis hashes often, in a thread."""
 
     def __init__(self, url: str, uuids: Iterable[str], interval_s: float = 0.02) -> None:
-        self._client = redis.Redis.from_url(url, socket_timeout=5)
+        self._client = redis_client.connect(url, timeout_s=5)
         self._keys = RedisKeys()
         self._uuids = sorted(set(uuids))
         self._interval_s = interval_s
@@ -278,11 +275,11 @@ async def bare_consumer(settings: Settings, topic: str, ends: Mapping[int, int])
     them (the paced load) are decoded as they come in the same fetches; the rate counts
     every record decoded.
     """
-    consumer = AIOKafkaConsumer(
+    consumer = aiokafka_consumer(
+        settings.kafka,
         client_id="gpuwatch-bench-baseline",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        **aiokafka_options(settings.kafka),
     )
     await consumer.start()
     try:

@@ -52,10 +52,8 @@ def missing_services(settings: Settings, *, redis: bool) -> list[str]:
     """What a benchmark needs that does not answer: the first Kafka server, Redis."""
     from urllib.parse import urlsplit
 
-    import redis as redis_py
-    from redis.exceptions import RedisError
-
     from gpuwatch.stack import kafka as stack_kafka
+    from sinks.redis import client as redis_client
     from sinks.redis.sink import redact_url
 
     missing = []
@@ -68,9 +66,9 @@ def missing_services(settings: Settings, *, redis: bool) -> list[str]:
     if redis:
         url = settings.redis.url.get_secret_value()
         try:
-            client = redis_py.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            client = redis_client.connect(url, timeout_s=2, connect_timeout_s=2)
             client.ping()
-        except (RedisError, OSError, ValueError):
+        except (redis_client.RedisError, OSError, ValueError):
             missing.append(f"Redis at {redact_url(url)} is not answering")
     return missing
 

@@ -32,10 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import redis
-from kafka import KafkaAdminClient
-
-from gpuwatch.bench.fleet import Fleet, build_fleet, pace, produce
+from gpuwatch.bench.fleet import Fleet, PacedResult, build_fleet, pace, produce
 from gpuwatch.bench.probes import (
     CommitWatcher,
     DecodeRun,
@@ -54,9 +51,10 @@ from gpuwatch.bench.report import (
     write_plot,
 )
 from gpuwatch.bench.run import bench_producer
-from gpuwatch.kafka import create_topics
+from gpuwatch.kafka import admin, create_topics
 from schemas.settings import Settings
 from schemas.topics import K8S_PODS, NVML_SAMPLES
+from sinks.redis import client as redis_client
 from streams.faust.tick_timer import tick_topic_name
 
 __all__ = [
@@ -290,7 +288,7 @@ def _redis_url(settings: Settings, db: int) -> str:
 
 
 def _flush(url: str) -> None:
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = redis_client.connect(url, timeout_s=10)
     try:
         client.flushdb()
     finally:
@@ -308,17 +306,17 @@ def _scope(settings: Settings) -> Settings:
 def _cleanup(settings: Settings) -> None:
     """Delete every topic under the bench's prefix and its consumer groups."""
     kafka = settings.kafka
-    admin = KafkaAdminClient(client_id="gpuwatch-bench", **kafka.client_options())
+    client = admin(kafka, client_id="gpuwatch-bench")
     try:
-        names = [n for n in admin.list_topics() if n.startswith(kafka.topic_prefix)]
+        names = [n for n in client.list_topics() if n.startswith(kafka.topic_prefix)]
         if names:
-            admin.delete_topics(names)
-        known = {g["group_id"] for g in admin.list_groups()}
+            client.delete_topics(names)
+        known = {g["group_id"] for g in client.list_groups()}
         mine = (kafka.app_id, f"{kafka.app_id}.redis", f"{kafka.app_id}-floor")
         if groups := [g for g in mine if g in known]:
-            admin.delete_groups(groups)
+            client.delete_groups(groups)
     finally:
-        admin.close()
+        client.close()
 
 
 def _wait(what: str, check: Callable[[], bool], worker: WorkerProcess, deadline_s: float) -> bool:
@@ -454,9 +452,26 @@ def _run(
     progress = [(t, n - before) for t, n in commits.points]
     processed = drain_rate(started, progress, paced.messages) * fleet.gpus
     latencies = latencies_ms(probe.seen, paced.sent_at, censor_at)
+    result = _result(
+        config, fleet, worker, drain=drain, paced=paced, processed=processed, latencies=latencies
+    )
+    return WorkerRun(result, latencies), drain.ends
+
+
+def _result(
+    config: WorkerBenchConfig,
+    fleet: Fleet,
+    worker: WorkerProcess,
+    *,
+    drain: _Drain,
+    paced: PacedResult,
+    processed: float,
+    latencies: Latencies,
+) -> WorkerResult:
+    """The figures of one run: the drain of the backlog, then the paced load's latencies."""
     values = [ms for _, ms in latencies.samples]
     pods = fleet.pods
-    result = WorkerResult(
+    return WorkerResult(
         nodes=len(fleet.nodes),
         gpus_per_node=fleet.gpus,
         backlog_seconds=fleet.seconds,
@@ -489,7 +504,6 @@ def _run(
         producer_cpu_us_per_gpu_sample=0.0,
         producer_figure="",
     )
-    return WorkerRun(result, latencies), drain.ends
 
 
 def _backlog(scoped: Settings, fleet: Fleet, worker: WorkerProcess, say: Say) -> _Drain:

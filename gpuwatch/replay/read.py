@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import msgspec
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
 
+from gpuwatch.kafka import KafkaError, TopicPartition, consumer
 from gpuwatch.replay.story import TimeRange
 from schemas.settings import KafkaSettings
 
@@ -183,11 +182,11 @@ class RangeReader:
     def __init__(self, kafka: KafkaSettings, progress: Progress | None = None) -> None:
         self.progress = progress or Progress()
         try:
-            self._consumer: Any = KafkaConsumer(
+            self._consumer: Any = consumer(
+                kafka,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 client_id="gpuwatch-replay",
-                **kafka.client_options(),
             )
             self._existing: set[str] = set(self._consumer.topics())
         except KafkaError as exc:

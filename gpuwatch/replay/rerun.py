@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
-
 from gpuwatch import kafka
+from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Hit, Progress, RangeReader, ReadError
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.worker import (
@@ -268,7 +266,7 @@ def _copy(
 ) -> None:
     """Each input's records of the range, same key and partition, the states before first."""
     prefix = live.kafka.topic_prefix
-    producer = KafkaProducer(acks="all", linger_ms=20, **live.kafka.client_options())
+    producer = kafka.producer(live.kafka, acks="all", linger_ms=20)
     try:
         for spec in INPUTS:
             name = spec.full_name(prefix)

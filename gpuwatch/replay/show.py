@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import KafkaError
-
+from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.read import Hit, Plan, Progress, RangeReader, ReadError
 from gpuwatch.replay.story import Collected, SampleDigest, Scope, Story, Subject, TimeRange

@@ -22,9 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
-
+from gpuwatch.kafka import KafkaError, TopicPartition, admin, consumer
 from gpuwatch.replay.read import Progress
 from gpuwatch.run.worker_sinks import redis_group
 from schemas import (
@@ -150,10 +148,10 @@ def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress)
     copied, outputs = partitions(INPUTS), partitions(DERIVED)  # DERIVED holds pod.usage
     inputs = copied + partitions((POD_USAGE,))
     tps = copied + outputs
-    consumer = KafkaConsumer(enable_auto_commit=False, **kafka.client_options())
-    admin = KafkaAdminClient(**kafka.client_options())
+    reader = consumer(kafka, enable_auto_commit=False)
+    client = admin(kafka)
     try:
-        ends = consumer.end_offsets(tps)
+        ends = reader.end_offsets(tps)
         progress.begin("rerun: inputs the worker consumed", sum(ends[tp] for tp in copied))
         last_state: Any = None
         moved = settled = time.monotonic()
@@ -163,8 +161,8 @@ def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress)
                     f"the worker exited with status {worker.returncode}; its log {log}:\n"
                     + _tail(log)
                 )
-            ends = consumer.end_offsets(tps)
-            done = _committed(admin, kafka.app_id)
+            ends = reader.end_offsets(tps)
+            done = _committed(client, kafka.app_id)
             lag = sum(max(0, ends[tp] - done.get(tp, 0)) for tp in inputs)
             progress.advance(sum(min(done.get(tp, 0), ends[tp]) for tp in copied) - progress.done)
             now = time.monotonic()
@@ -185,14 +183,14 @@ def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress)
         raise WorkerRunError(f"watching the worker's progress failed: {exc!r}") from exc
     finally:
         progress.finish()
-        consumer.close()
-        admin.close()
+        reader.close()
+        client.close()
 
 
-def _committed(admin: Any, group: str) -> dict[TopicPartition, int]:
+def _committed(client: Any, group: str) -> dict[TopicPartition, int]:
     """The group's committed offsets; none before its first commit."""
     try:
-        offsets = admin.list_group_offsets({group: None}).get(group, {})
+        offsets = client.list_group_offsets({group: None}).get(group, {})
     except KafkaError:
         return {}
     return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
@@ -201,18 +199,18 @@ def _committed(admin: Any, group: str) -> dict[TopicPartition, int]:
 def forget_group(target: Settings) -> None:
     """Delete the rerun worker's consumer groups once it is gone (best effort)."""
     try:
-        admin = KafkaAdminClient(**target.kafka.client_options())
+        client = admin(target.kafka)
     except KafkaError:
         return
     try:
-        known = {g["group_id"] for g in admin.list_groups()}
+        known = {g["group_id"] for g in client.list_groups()}
         groups = [g for g in (target.kafka.app_id, redis_group(target)) if g in known]
         if groups:
-            admin.delete_groups(groups)
+            client.delete_groups(groups)
     except KafkaError:
         pass  # an empty group left behind is harmless; Kafka expires it
     finally:
-        admin.close()
+        client.close()
 
 
 @contextmanager

@@ -9,16 +9,21 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-from gpuwatch.kafka import ADMIN_TIMEOUT_MS, TopicAdminError, describe_topics
+from gpuwatch.kafka import (
+    ADMIN_TIMEOUT_MS,
+    KafkaError,
+    TopicAdminError,
+    admin,
+    describe_topics,
+    ensure_topic,
+    new_topic,
+)
 from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.tick_timer import tick_topic_name
+from streams.faust.worker import new_worker, run_worker
 
 if TYPE_CHECKING:
     from gpuwatch.run.worker_sinks import RedisWriter
@@ -58,31 +63,18 @@ def ensure_tick_topic(settings: Settings) -> str:
     name = tick_topic_name(settings)
     kafka = settings.kafka
     try:
-        admin = KafkaAdminClient(
-            client_id="gpuwatch-worker-admin",
-            request_timeout_ms=ADMIN_TIMEOUT_MS,
-            **kafka.client_options(),
+        client = admin(
+            kafka, client_id="gpuwatch-worker-admin", request_timeout_ms=ADMIN_TIMEOUT_MS
         )
     except KafkaError as exc:
         raise WorkerStartError(f"cannot reach Kafka at {kafka.bootstrap}: {exc!r}") from exc
+    configs = {"cleanup.policy": "delete", "retention.ms": str(TICK_RETENTION_MS)}
     try:
-        topic = NewTopic(
-            name=name,
-            num_partitions=kafka.partitions,
-            replication_factor=kafka.replication_factor,
-            topic_configs={"cleanup.policy": "delete", "retention.ms": str(TICK_RETENTION_MS)},
-        )
-        try:
-            admin.create_topics([topic], timeout_ms=ADMIN_TIMEOUT_MS, wait_for_metadata=True)
-            log.info("topic created topic=%s partitions=%d", name, kafka.partitions)
-        except TopicAlreadyExistsError:
-            pass
-        described = admin.describe_topics([name])
-        partitions = len(described[0]["partitions"])
+        partitions = ensure_topic(client, new_topic(kafka, name, configs))
     except KafkaError as exc:
         raise WorkerStartError(f"Kafka refused the tick topic {name}: {exc!r}") from exc
     finally:
-        admin.close()
+        client.close()
     if partitions != kafka.partitions:
         raise WorkerStartError(
             f"{name} has {partitions} partitions, the inputs have {kafka.partitions}: "
@@ -104,25 +96,23 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
 
 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
-    import faust  # importing faust takes a second: only when the worker runs
-
-    from gpuwatch.run.worker_sinks import RedisWriter, WorkerSinks
+    from gpuwatch.run.worker_sinks import WorkerSinks, redis_writer
     from sinks.prometheus.metrics import MetricsServeError, serve
     from streams.processors.outputs import Counters
 
     counters = Counters()
     if not settings.worker.sinks:
-        return _execute(faust, build(settings, options, None, counters), settings, loglevel)
+        return _execute(build(settings, options, None, counters), settings, loglevel)
     sinks = WorkerSinks(settings, counters)
     try:
         server, _ = serve(settings.metrics.port, settings.metrics.bind, sinks.registry)
     except MetricsServeError as exc:
         raise WorkerStartError(str(exc)) from exc
-    writer = RedisWriter(settings, sinks.live)
+    writer = redis_writer(settings, sinks.live)
     writer.start()
     try:
         runtime = build(settings, options, sinks.hooks(), counters)
-        return _execute(faust, runtime, settings, loglevel, writer)
+        return _execute(runtime, settings, loglevel, writer)
     finally:
         writer.stop()
         server.shutdown()
@@ -130,20 +120,12 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
 
 
 def _execute(
-    faust: Any,
     runtime: WorkerRuntime,
     settings: Settings,
     loglevel: str,
     writer: RedisWriter | None = None,
 ) -> int:
-    # Logging stays as the CLI set it up (one format for every verb): mode would replace
-    # the root handlers with its own, filtered at the Faust log level.
-    worker: Any = faust.Worker(
-        runtime.app, loglevel=loglevel, quiet=True, redirect_stdouts=False, override_logging=False
-    )
-    worker.spinner = None  # it draws on stdout even when quiet
-    worker._on_sigterm = _bounded(worker._on_sigterm)
-    worker._on_sigint = _bounded(worker._on_sigint)
+    worker = new_worker(runtime.app, loglevel, wrap_stop=_bounded)
     log.info(
         "worker starting app_id=%s prefix=%s partitions=%d redis=%s metrics=%s",
         settings.kafka.app_id,
@@ -152,13 +134,7 @@ def _execute(
         "off" if writer is None else writer.redis.target,
         "off" if writer is None else f"{settings.metrics.bind}:{settings.metrics.port}",
     )
-    code = 0
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    if runtime.app.crash_reason is not None:
-        code = code or 1
+    code = run_worker(worker)
     log.info("worker stopped %s", summary(runtime, writer))
     return code
 

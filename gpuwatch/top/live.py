@@ -18,10 +18,6 @@ from dataclasses import dataclass, field
 from os import terminal_size
 from typing import Any, Final, TextIO
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
@@ -35,6 +31,7 @@ from gpuwatch.top.view import (
 )
 from schemas.fields import LifecycleState
 from schemas.settings import RedisSettings
+from sinks.redis import client
 from sinks.redis.keys import DEFAULT_PREFIX, STATES, RedisKeys
 from sinks.redis.sink import redact_url
 
@@ -214,12 +211,12 @@ class Reader:
     def __init__(self, url: str, keys: RedisKeys, max_rows: int = MAX_ROWS) -> None:
         self.target = redact_url(url)
         self.keys, self.max_rows = keys, max_rows
-        self._client: redis.Redis = redis.Redis.from_url(
+        self._client = client.connect(
             url,
             decode_responses=True,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),  # the next refresh is the retry
+            timeout_s=SOCKET_TIMEOUT_S,
+            connect_timeout_s=SOCKET_TIMEOUT_S,
+            retries=0,  # the next refresh is the retry
         )
 
     def close(self) -> None:
@@ -230,7 +227,7 @@ class Reader:
         """The pods (of `state` only, if given), GPUs and firing alerts; TopUnavailable."""
         try:
             return self._read(state)
-        except redis.RedisError as err:
+        except client.RedisError as err:
             reason = " ".join(str(err).split()) or type(err).__name__
             raise TopUnavailable(f"cannot read Redis at {self.target}: {reason}") from err
 

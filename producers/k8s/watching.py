@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from tenacity import RetryCallState, Retrying, wait_exponential
+
 from producers.k8s.api import ApiError, Collection, Disconnected, Expired, KubeApi, WatchLines
 from producers.k8s.kinds import Kind
 from producers.k8s.objects import Bookmark, Change, MalformedObject, StatusError
@@ -44,7 +46,8 @@ def wall_ms() -> int:
 @dataclass(frozen=True)
 class Backoff:
     """Exponential backoff with jitter: attempt n waits between half and all of
-    min(cap, base * 2**(n-1)), so restarted watchers do not hit the API in step."""
+    min(cap, base * 2**(n-1)) (tenacity's `wait_exponential`), so restarted watchers do
+    not hit the API in step; the jitter draws from `rng`, which tests seed."""
 
     base_s: float = 0.5
     cap_s: float = 30.0
@@ -52,7 +55,9 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before attempt `attempt` (1 = first retry)."""
-        ceiling = min(self.cap_s, self.base_s * 2.0 ** max(0, min(attempt - 1, 30)))
+        state = RetryCallState(Retrying(), None, (), {})
+        state.attempt_number = attempt
+        ceiling = wait_exponential(multiplier=self.base_s, max=self.cap_s)(state)
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
 

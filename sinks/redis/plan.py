@@ -1,6 +1,6 @@
 """Turns a batch of derived records into Redis script calls: pure, deterministic, no I/O.
 
-Every write is a Lua script call (redis_sink.py holds the scripts) so that each one is a
+Every write is a Lua script call (sinks/redis/lua/ holds the scripts) so that each one is a
 conditional upsert keyed by the record's identity: a replayed record changes nothing and
 an older record never overwrites newer state. Arguments are strings formatted here once,
 so the same batch always plans the same commands (the unit tests compare them).

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.settings import KafkaSettings, Settings
 from schemas.topics import NVML_SAMPLES
 from streams.core.ticks import Tick, claims_of, encode_tick
+from streams.faust.clients import TopicPartition, aiokafka_consumer
 from streams.runtime.agent_loop import AgentLoop
 
-__all__ = ["OffsetProbe", "TickSender", "aiokafka_options", "tick_topic_name"]
+__all__ = ["OffsetProbe", "TickSender", "tick_topic_name"]
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +35,11 @@ def tick_topic_name(settings: Settings) -> str:
     return f"{settings.kafka.topic_prefix}{settings.kafka.app_id}.ticks"
 
 
-def aiokafka_options(kafka: KafkaSettings) -> dict[str, Any]:
-    """Connection options in aiokafka's names (it takes an SSL context, not a CA file)."""
-    options = kafka.client_options()
-    cafile = options.pop("ssl_cafile", None)
-    if kafka.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = ssl.create_default_context(cafile=cafile)
-    return options
-
-
 class OffsetProbe:
     """Beginning and end offsets of topic partitions, through a client of its own."""
 
     def __init__(self, kafka: KafkaSettings) -> None:
-        self._options = aiokafka_options(kafka)
+        self._kafka = kafka
         self._consumer: Any = None
         self._starting = asyncio.Lock()
         self.starts: dict[tuple[str, int], int] = {}
@@ -84,7 +73,7 @@ class OffsetProbe:
     async def _client(self) -> Any:
         async with self._starting:  # the tick timer and both agent loops share one client
             if self._consumer is None:
-                consumer = AIOKafkaConsumer(enable_auto_commit=False, **self._options)
+                consumer = aiokafka_consumer(self._kafka, enable_auto_commit=False)
                 await consumer.start()
                 self._consumer = consumer
         return self._consumer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple, cast
 
 import msgspec
@@ -16,6 +17,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
 from schemas.topics import POD_LIFECYCLE
+from sinks.redis import writer as sink_writer
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
 from sinks.redis.sink import RedisSink, SinkRejected, SinkUnavailable
@@ -130,7 +132,7 @@ class FakeRedis:
 
 
 def writer(redis: FakeRedis) -> RedisWriter:
-    return RedisWriter(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
+    return worker_sinks.redis_writer(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
 
 
 def msgs(*uids: str) -> list[Msg]:
@@ -139,7 +141,7 @@ def msgs(*uids: str) -> list[Msg]:
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_sinks, "FIRST_PAUSE_S", 0.001)
+    monkeypatch.setattr(sink_writer, "FIRST_PAUSE_S", 0.001)
 
 
 def test_a_batch_is_committed_only_after_redis_took_it_and_retried_while_away() -> None:
@@ -284,9 +286,9 @@ class FlakyConsumer(FakeConsumer):
 
 def test_a_kafka_error_in_the_writers_loop_is_retried_not_the_end_of_it() -> None:
     redis = FakeRedis()
-    w = RedisWriter(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
+    kafka = replace(worker_sinks.KAFKA, consumer=lambda *_, **__: consumer)
+    w = RedisWriter(SETTINGS, LiveGpus(5.0), kafka=kafka, redis_sink=cast(RedisSink, redis))
     consumer = FlakyConsumer([msgs("a"), msgs("b")], stop=w._stop.set)
-    w._consumer = consumer
     w._run()
     assert w.error is None
     assert w.kafka_errors == 1

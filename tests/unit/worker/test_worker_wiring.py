@@ -9,8 +9,9 @@ from pydantic import SecretStr
 
 from gpuwatch.run import worker
 from schemas.settings import KafkaSettings, Settings
-from streams.faust.app import changelog_topic_names, credentials
-from streams.faust.tick_timer import aiokafka_options, tick_topic_name
+from streams.faust.app import changelog_topic_names
+from streams.faust.clients import aiokafka_options, credentials
+from streams.faust.tick_timer import tick_topic_name
 
 
 def test_plaintext_needs_no_credentials_and_sasl_passes_the_secret() -> None:

@@ -1,0 +1,72 @@
+-- KEYS pod, windows, timeline, seen, waste pods/namespaces of the window, of the hour,
+-- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
+-- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
+-- prefixes (pods, namespaces). Totals and leaderboards move by the difference to the
+-- value stored for this window, in nano-USD: a replay moves them by exactly zero.
+local function expire_pod(ttl, first, last)
+  for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
+end
+
+local uid, ns, ws, we = ARGV[1], ARGV[2], ARGV[6], tonumber(ARGV[7])
+local function usd(n)
+  local s = string.format('%010d', math.abs(n))
+  return (n < 0 and '-' or '') .. string.sub(s, 1, -10) .. '.' .. string.sub(s, -9)
+end
+local totals = {}
+for i, kind in ipairs({'cost', 'waste'}) do
+  local new = tonumber(ARGV[7 + i])
+  local old = tonumber(redis.call('HGET', KEYS[2], kind .. ':' .. ws) or '0')
+  local total = tonumber(redis.call('HGET', KEYS[2], kind .. ':total') or '0')
+  if new ~= old then
+    redis.call('HSET', KEYS[2], kind .. ':' .. ws, ARGV[7 + i])
+    total = redis.call('HINCRBY', KEYS[2], kind .. ':total', string.format('%d', new - old))
+  end
+  totals[i] = usd(total)
+end
+local cur = redis.call('HMGET', KEYS[1], 'window_start', 'updated_at', 'state')
+local f = {'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1], 'waste_usd', totals[2]}
+if not cur[1] or tonumber(ws) >= tonumber(cur[1]) then
+  for _, v in ipairs({'window_start', ws, 'labels', ARGV[5], 'vram_bytes', ARGV[10],
+      'share', ARGV[11], 'gpus', ARGV[12]}) do f[#f + 1] = v end
+  if ARGV[4] ~= '' then f[#f + 1] = 'node'; f[#f + 1] = ARGV[4] end
+end
+if not cur[2] or we > tonumber(cur[2]) then f[#f + 1] = 'updated_at'; f[#f + 1] = ARGV[7] end
+redis.call('HSET', KEYS[1], unpack(f))
+redis.call('HSETNX', KEYS[1], 'node', '')
+if cur[3] == 'finished' or ARGV[13] == 'finished' then expire_pod(tonumber(ARGV[14]), 1, 4) end
+-- Scores are rounded to whole nano-dollars after every change, so a sum does not depend
+-- on the order its terms arrived in.
+local function bump(key, member, delta)
+  local score = tonumber(redis.call('ZINCRBY', key, delta, member))
+  local exact = string.format('%.9f', score)
+  if tonumber(exact) <= 0 then redis.call('ZREM', key, member)
+  elseif tonumber(exact) ~= score then redis.call('ZADD', key, exact, member) end
+end
+local top = redis.call('ZRANGE', KEYS[9], -1, -1, 'WITHSCORES')
+local newest = top[2] and tonumber(top[2]) or -1
+local horizon = math.max(newest, we) - tonumber(ARGV[15])
+if tonumber(ws) < horizon then return 0 end
+local new = tonumber(ARGV[9])
+local old = tonumber(redis.call('ZSCORE', KEYS[5], uid) or '0')
+old = math.floor(old * 1e9 + 0.5)
+if new ~= old then
+  if new > 0 then redis.call('ZADD', KEYS[5], usd(new), uid)
+  else redis.call('ZREM', KEYS[5], uid) end
+  for _, km in ipairs({{KEYS[6], ns}, {KEYS[7], uid}, {KEYS[8], ns}}) do
+    bump(km[1], km[2], usd(new - old))
+  end
+end
+redis.call('ZADD', KEYS[9], ARGV[7], ws)
+if we <= newest then return 1 end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
+  if tonumber(m) < horizon then
+    for j, prefix in ipairs({ARGV[16], ARGV[17]}) do
+      local window = prefix .. m
+      local entries = redis.call('ZRANGE', window, 0, -1, 'WITHSCORES')
+      for k = 1, #entries, 2 do bump(KEYS[6 + j], entries[k], '-' .. entries[k + 1]) end
+      redis.call('DEL', window)
+    end
+    redis.call('ZREM', KEYS[9], m)
+  end
+end
+return 1

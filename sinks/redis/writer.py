@@ -1,0 +1,343 @@
+"""The derived topics into Redis: a Kafka consumer that writes each batch, then commits.
+
+`RedisWriter` is a consumer of the derived topics in a group of its own (`{app_id}.redis`),
+in a thread. It writes each polled batch, with the newest live state of every GPU the
+worker sampled, as one Redis transaction, and commits the offsets only after Redis took
+it. While Redis is away it keeps the batch, pauses its partitions and retries with a
+growing pause; stream processing goes on untouched (a separate group: no rebalance of the
+worker waits on Redis). After a crash, the records after the last commit are written again;
+the writes are idempotent upserts keyed by each record's identity, so the state is the
+same. A record Redis refuses for good (a key of the wrong type someone else wrote) is
+logged and counted, and the rest of its batch is written.
+
+The Kafka client is given (`KafkaClient`): the wiring passes kafka-python's
+(gpuwatch/run/worker_sinks.py), so that this package imports no Kafka library.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from schemas.alert import Alert
+from schemas.codec import SchemaError, TopicSpec
+from schemas.gpu_window import GpuWindow
+from schemas.settings import KafkaSettings, Settings
+from schemas.topics import SINK_TOPICS
+from sinks.redis.live_gpus import LiveGpus
+from sinks.redis.plan import GpuLive, SinkRecord
+from sinks.redis.sink import Backoff, RedisSink, SinkRejected, SinkUnavailable
+
+__all__ = ["Consumer", "ConsumerFactory", "KafkaClient", "RedisWriter", "redis_group"]
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 250  # live GPU state reaches Redis within about this long of its sample
+MAX_RECORDS = 2000  # per poll: one Redis transaction of a few hundred kB at most
+# A fetch answers once this much of the derived topics is there, or after FETCH_WAIT_MS:
+# with the default of one byte, a busy worker's outputs made the consumer fetch (and
+# parse, in Python) dozens of times a second.
+FETCH_MIN_BYTES = 64 * 1024
+FETCH_WAIT_MS = 200  # under POLL_MS: a poll gets a fetch's answer before it gives up
+FIRST_PAUSE_S = 0.5  # first pause after Redis was found away; doubles up to RETRY_CAP_S
+RETRY_CAP_S = 10.0  # longest pause between attempts while Redis is away
+ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes about this)
+LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
+CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the group's
+
+
+class Message(Protocol):
+    """A polled record (kafka-python's `ConsumerRecord`)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class Consumer(Protocol):
+    """What the writer uses of a Kafka consumer (kafka-python's `KafkaConsumer`).
+
+    Partitions are the client's own (kafka-python's `TopicPartition`: a named tuple of
+    `topic` and `partition`), handed back to it as they came.
+    """
+
+    def subscribe(self, topics: list[str]) -> None: ...
+    def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[Message]]: ...
+    def commit(self) -> None: ...
+    def assignment(self) -> set[Any]: ...
+    def position(self, tp: Any) -> int | None: ...
+    def beginning_offsets(self, tps: list[Any]) -> Mapping[Any, int]: ...
+    def seek(self, tp: Any, offset: int) -> None: ...
+    def pause(self, *tps: Any) -> None: ...
+    def paused(self) -> set[Any]: ...
+    def resume(self, *tps: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+class ConsumerFactory(Protocol):
+    """Builds a consumer on the cluster of `kafka` (`gpuwatch.kafka.consumer`)."""
+
+    def __call__(self, kafka: KafkaSettings, /, **options: Any) -> Consumer: ...
+
+
+@dataclass(frozen=True)
+class KafkaClient:
+    """The Kafka client the writer is given: its consumer factory and its errors."""
+
+    consumer: ConsumerFactory
+    """Builds the writer's consumer from the Kafka settings and kafka-python's options."""
+    error: type[Exception]
+    """The base of the client's errors: the broker or the group away for a while (retried)."""
+    commit_failed: type[Exception]
+    """A commit the group refused: it went on without this consumer (counted, written again)."""
+
+
+def redis_group(settings: Settings) -> str:
+    """The consumer group of the workers' Redis writers."""
+    return f"{settings.kafka.app_id}.redis"
+
+
+class RedisWriter:
+    """The derived topics into Redis, at least once, from a thread of its own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        live: LiveGpus,
+        *,
+        kafka: KafkaClient,
+        redis_sink: RedisSink | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        prefix = settings.kafka.topic_prefix
+        self.redis = redis_sink or RedisSink(
+            settings.redis, backoff=Backoff(cap_s=1.0, budget_s=ATTEMPT_BUDGET_S)
+        )
+        self.live = live
+        self.topics = [spec.full_name(prefix) for spec in SINK_TOPICS]
+        self._decoders: dict[str, TopicSpec[Any]] = {
+            spec.full_name(prefix): spec for spec in SINK_TOPICS
+        }
+        self._settings = settings
+        self._kafka = kafka
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_log = 0.0
+        self._next_check = 0.0
+        self.group = redis_group(settings)
+        self.written = 0
+        """Records and live states Redis has taken."""
+        self.rejected = 0
+        """Records Redis refused for good."""
+        self.invalid = 0
+        """Records of the derived topics that did not decode (written by someone else)."""
+        self.kafka_errors = 0
+        """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
+        self.error: BaseException | None = None
+        """What ended the thread, if it ended on an error."""
+
+    def start(self) -> None:
+        """Run in a daemon thread until `stop()`."""
+        self._thread = threading.Thread(target=self._run, name="redis-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the batch in hand (or its current retry), leave the group, close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.redis.close()
+
+    def _run(self) -> None:
+        try:
+            consumer = self._kafka.consumer(
+                self._settings.kafka,
+                group_id=self.group,
+                client_id="gpuwatch-redis-writer",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=MAX_RECORDS,
+                fetch_min_bytes=FETCH_MIN_BYTES,
+                fetch_max_wait_ms=FETCH_WAIT_MS,
+            )
+            consumer.subscribe(self.topics)
+        except self._kafka.error as exc:
+            self.error = exc
+            log.error("redis writer cannot start: %r", exc)
+            return
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.step(consumer)
+                except self._kafka.error as exc:  # the broker or the group, for a while: retried
+                    self.kafka_errors += 1
+                    log.warning("redis writer: Kafka error, retrying: %r", exc)
+                    self._stop.wait(FIRST_PAUSE_S)
+        except Exception as exc:  # a bug of ours: said loudly; stream processing goes on
+            self.error = exc
+            log.exception("redis writer stopped")
+        finally:
+            consumer.close()
+
+    def step(self, consumer: Consumer) -> None:
+        """One poll: its records and the pending live GPU states into Redis, then commit."""
+        self._reconcile(consumer)
+        polled = consumer.poll(timeout_ms=POLL_MS)
+        batch: list[SinkRecord] = []
+        positions: dict[str, int] = {}
+        for tp, messages in polled.items():
+            for m in messages:
+                record = self._decode(m)
+                if record is not None:
+                    batch.append(record)
+            if messages:
+                positions[f"{tp.topic}:{tp.partition}"] = messages[-1].offset + 1
+        states = self.live.take()
+        if not positions and not states:
+            return
+        if not self._write(batch, states, consumer, positions):
+            self.live.put_back(states)
+            return  # stopping with the batch unwritten: no commit, the next owner writes it
+        if positions:
+            try:
+                consumer.commit()
+            except self._kafka.commit_failed as exc:
+                # The group went on without this consumer (the process was held up past
+                # its session timeout): it rejoins at the next poll, and the records after
+                # the last commit are written again, equal upserts of what Redis holds.
+                self.kafka_errors += 1
+                log.warning(
+                    "redis writer: commit refused, the batch will be written again: %r", exc
+                )
+
+    def _reconcile(self, consumer: Consumer) -> None:
+        """Read again what Redis lost: its stored positions behind ours (every few seconds).
+
+        Redis restarted from an older snapshot (or empty) holds less than the group's
+        committed offsets say; the positions written with each batch tell how much less.
+        """
+        now = self._monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + CHECK_EVERY_S
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        try:
+            stored = self.redis.positions(self.group)
+        except SinkUnavailable:
+            return  # the write that follows waits for Redis
+        for tp in sorted(assigned):
+            at = consumer.position(tp)
+            kept = stored.get(f"{tp.topic}:{tp.partition}")
+            if kept is None:
+                start = consumer.beginning_offsets([tp])[tp]
+                if at is not None and at > start:
+                    log.warning(
+                        "Redis holds nothing of topic=%s partition=%d: writing it again "
+                        "from offset %d",
+                        tp.topic, tp.partition, start,
+                    )  # fmt: skip
+                    consumer.seek(tp, start)
+            elif at is not None and kept < at:
+                log.warning(
+                    "Redis lost writes of topic=%s partition=%d: writing offsets %d..%d again",
+                    tp.topic, tp.partition, kept, at - 1,
+                )  # fmt: skip
+                consumer.seek(tp, kept)
+
+    def _decode(self, m: Message) -> SinkRecord | None:
+        spec = self._decoders.get(m.topic)
+        try:
+            if spec is None or m.value is None:
+                raise SchemaError(m.topic, "$", "no value (a tombstone)")
+            record: SinkRecord = spec.decode(m.value)
+        except SchemaError as exc:
+            self.invalid += 1
+            log.error(
+                "redis writer skips an invalid record topic=%s partition=%d offset=%d: %s",
+                m.topic,
+                m.partition,
+                m.offset,
+                exc,
+            )
+            return None
+        return record
+
+    def _write(
+        self,
+        batch: list[SinkRecord],
+        live: list[GpuLive],
+        consumer: Consumer,
+        positions: dict[str, int],
+    ) -> bool:
+        """Write until Redis takes the batch, live states and positions; False when stopping."""
+        pause = FIRST_PAUSE_S
+        paused = False
+        try:
+            while True:
+                try:
+                    self.redis.apply(batch, (self.group, positions), live)
+                    self.written += len(batch) + len(live)
+                    return True
+                except SinkRejected:
+                    if self._one_by_one([*batch, *live]):
+                        batch, live = [], []  # written one by one: the positions are left
+                        continue
+                except SinkUnavailable as exc:
+                    self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                if not paused:
+                    consumer.pause(*consumer.assignment())
+                    paused = True
+                if self._stop.wait(pause):
+                    return False
+                consumer.poll(timeout_ms=0)  # paused: fetches nothing, stays in the group
+                pause = min(RETRY_CAP_S, pause * 2)
+        finally:
+            if paused:
+                consumer.resume(*consumer.paused())
+
+    def _one_by_one(self, batch: list[SinkRecord]) -> bool:
+        """A batch Redis refused: its records alone, so one bad key costs one record.
+
+        False when Redis went away meanwhile: the caller retries the whole batch, which
+        rewrites the records already written to the same values.
+        """
+        for record in batch:
+            try:
+                self.redis.apply([record])
+                self.written += 1
+            except SinkRejected as exc:
+                self.rejected += 1
+                log.error("Redis refused a record %s: %s", _what(record), exc)
+            except SinkUnavailable as exc:
+                self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                return False
+        return True
+
+    def _warn(self, message: str) -> None:
+        now = self._monotonic()
+        if now >= self._next_log:
+            self._next_log = now + LOG_EVERY_S
+            log.warning("%s target=%s", message, self.redis.target)
+
+
+def _what(record: SinkRecord) -> str:
+    """A record's kind and identity, for a log line."""
+    if isinstance(record, GpuLive):
+        return f"live gpu={record.uuid}"
+    if isinstance(record, GpuWindow):
+        return f"{record.schema} gpu={record.uuid} window_start={record.window_start}"
+    if isinstance(record, Alert):
+        return f"{record.schema} fingerprint={record.fingerprint} ts={record.ts}"
+    return f"{record.schema} uid={record.uid} ts={record.ts}"

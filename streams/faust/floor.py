@@ -1,0 +1,63 @@
+"""The Faust floor: an app whose one agent only decodes the node samples it reads.
+
+It is the worker's app stripped to its consumer: the same Faust and aiokafka, raw bytes,
+batches taken as the worker's agents take them, each value decoded once, nothing sent.
+What the worker costs above it is its own (`gpuwatch bench worker`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from schemas.settings import Settings
+from schemas.topics import NVML_SAMPLES
+from streams.faust.worker import new_app, new_worker
+from streams.runtime.agent_loop import BATCH_MAX, BATCH_WITHIN_S
+
+__all__ = ["run_floor"]
+
+
+def run_floor(
+    settings: Settings,
+    topic_name: str,
+    last: dict[int, int],
+    done: Callable[[dict[str, float]], None],
+) -> None:
+    """Read `topic_name` from the start until each partition's `last` offset, then `done`.
+
+    Records after `last` are decoded as they come. `done` gets the figures (seconds and CPU
+    seconds from the first batch to the last, GPU-samples, messages) inside the agent, and
+    ends the process: a clean Faust stop takes seconds. Returns if the worker stops first.
+    """
+    kafka = settings.kafka
+    app = new_app(f"{kafka.app_id}-floor", kafka, tempfile.mkdtemp(prefix="gpuwatch-floor-"))
+    topic = app.topic(topic_name, key_type=bytes, value_type=bytes, partitions=kafka.partitions)
+    left = dict(last)
+    seen = {"messages": 0, "gpus": 0}
+    started: list[float] = []
+
+    async def floor(stream: Any) -> None:
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            if not started:
+                started.extend((time.monotonic(), time.process_time()))
+            for event in events:
+                message = event.message
+                seen["gpus"] += len(NVML_SAMPLES.decode(message.value).gpus)
+                if message.offset >= left.get(message.partition, message.offset + 1):
+                    del left[message.partition]
+            seen["messages"] += len(events)
+            if not left:
+                done(
+                    {
+                        "seconds": time.monotonic() - started[0],
+                        "cpu_seconds": time.process_time() - started[1],
+                        "gpu_samples": seen["gpus"],
+                        "messages": seen["messages"],
+                    }
+                )
+
+    app.agent(topic, name="gpuwatch-floor")(floor)
+    new_worker(app, "WARNING").execute_from_commandline()

@@ -1,0 +1,73 @@
+"""The Faust and aiokafka internals the worker relies on, each behind one named function.
+
+Faust 0.15.3 and aiokafka 0.14.0 are pinned (pyproject.toml). Nowhere else does gpuwatch read
+a private attribute of theirs or replace one of their classes; each function here says which
+Faust behaviour it works around, and tests/unit/streams/test_faust_internals.py fails when
+an upgrade changes what it relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from faust.types import TP
+
+__all__ = [
+    "aiokafka_producer_of",
+    "bound_signal_handlers",
+    "committed_offset",
+    "seek_to_beginning",
+    "use_consumer_class",
+]
+
+SignalHandler = Callable[[], None]
+
+
+def aiokafka_producer_of(producer: Any) -> Any:
+    """The aiokafka producer inside a started Faust producer (Faust's `NotReady` before).
+
+    Faust sends message by message and has no public accessor for its client; `Batches`
+    hands the client whole record batches (`create_batch`, `send_batch`) through
+    `Producer._ensure_producer()`.
+    """
+    return producer._ensure_producer()
+
+
+def committed_offset(consumer: Any, topic: str, partition: int) -> int | None:
+    """The committed offset Faust's consumer sought to or last committed; None before either.
+
+    Faust keeps it in `Consumer._committed_offset` (filled by `perform_seek` after each
+    assignment and by each commit) and has no public accessor for it.
+    """
+    offset: int | None = consumer._committed_offset.get(TP(topic, partition))
+    return offset
+
+
+async def seek_to_beginning(consumer: Any, *partitions: Any) -> None:
+    """Make Faust's consumer read `partitions` again from their log start.
+
+    Faust's consumer seeks only to a given offset; the aiokafka consumer in its consumer
+    thread (`Consumer._thread`) seeks to the log start as the broker has it.
+    """
+    await consumer._thread.seek_to_beginning(*partitions)
+
+
+def use_consumer_class(app: Any, wrap: Callable[[type], type]) -> None:
+    """Make the app's consumer an instance of `wrap(Faust's consumer class)`.
+
+    Faust has no setting for the consumer class: the app's transport creates the consumer,
+    when the app first needs one, from its `Consumer` attribute, so setting that attribute
+    on the transport before the app starts replaces the class.
+    """
+    app.transport.Consumer = wrap(app.transport.Consumer)
+
+
+def bound_signal_handlers(worker: Any, wrap: Callable[[SignalHandler], SignalHandler]) -> None:
+    """Wrap what a Faust worker does on SIGTERM and on SIGINT (before it starts).
+
+    mode's `Worker` has no hook for a stop signal: when it starts it installs its methods
+    `_on_sigterm` and `_on_sigint`, looked up on the instance, as the loop's handlers.
+    """
+    worker._on_sigterm = wrap(worker._on_sigterm)
+    worker._on_sigint = wrap(worker._on_sigint)

@@ -1,0 +1,151 @@
+"""The Faust and aiokafka internals `streams.faust.internals` relies on, as the pinned versions
+have them: a Faust or aiokafka upgrade that changes one fails here, not in a running worker.
+
+Nothing here connects or starts a thread: the app is built (nothing connects until it
+starts) and the consumer thread and clients are replaced by fakes where Faust would use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+import pytest
+from faust.exceptions import NotReady
+from faust.transport.consumer import ThreadDelegateConsumer
+from faust.transport.drivers import aiokafka as driver
+from faust.types import TP
+
+from schemas.settings import Settings
+from schemas.topics import NVML_SAMPLES
+from streams.faust.app import WorkerOptions, WorkerRuntime, build
+from streams.faust.internals import aiokafka_producer_of, committed_offset
+from streams.faust.worker import new_worker
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> WorkerRuntime:
+    threads = threading.active_count()
+    built = build(Settings(), WorkerOptions(datadir=tmp_path))
+    assert threading.active_count() == threads  # building starts nothing
+    return built
+
+
+def _positional(function: Callable[..., Any]) -> list[tuple[str, Any]]:
+    return [(p.name, p.kind) for p in inspect.signature(function).parameters.values()]
+
+
+def test_the_producer_accessor_gives_the_client_faust_started(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = runtime.app.producer
+    assert type(producer) is driver.Producer
+    with pytest.raises(NotReady):
+        aiokafka_producer_of(producer)  # not started yet
+
+    class Client:
+        async def start(self) -> None:
+            pass
+
+    client = Client()
+
+    async def no_buffer(service: Any) -> None:
+        pass
+
+    monkeypatch.setattr(producer, "_new_producer", lambda: client)
+    monkeypatch.setattr(producer, "add_runtime_dependency", no_buffer)
+    asyncio.run(producer.on_start())
+    assert aiokafka_producer_of(producer) is client
+
+
+def test_the_aiokafka_producer_takes_whole_record_batches() -> None:
+    # What `Batches` calls on the client the accessor gives.
+    assert _positional(aiokafka.AIOKafkaProducer.send_batch)[:3] == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("batch", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("topic", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+    ]
+    assert "partition" in inspect.signature(aiokafka.AIOKafkaProducer.send_batch).parameters
+    assert callable(aiokafka.AIOKafkaProducer.create_batch)
+
+
+def test_the_app_consumer_is_the_rewinding_subclass_of_faust_s(runtime: WorkerRuntime) -> None:
+    assert driver.Transport.Consumer is driver.Consumer
+    consumer = runtime.app.consumer
+    assert type(consumer).__name__ == "RewindingConsumer"
+    assert type(consumer).__mro__[1] is driver.Consumer
+    assert type(consumer).__module__ == driver.Consumer.__module__
+    assert isinstance(consumer, ThreadDelegateConsumer)
+    assert type(consumer._thread) is driver.AIOKafkaConsumerThread
+
+
+def test_the_consumer_thread_seeks_to_the_beginning_of_partitions() -> None:
+    seek = driver.AIOKafkaConsumerThread.seek_to_beginning
+    assert inspect.iscoroutinefunction(seek)
+    assert _positional(seek) == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("partitions", inspect.Parameter.VAR_POSITIONAL),
+    ]
+    assert _positional(aiokafka.AIOKafkaConsumer.seek_to_beginning) == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("partitions", inspect.Parameter.VAR_POSITIONAL),
+    ]
+
+
+def test_the_seek_after_an_assignment_records_the_committed_offsets_and_rewinds(
+    runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    consumer = runtime.app.consumer
+    samples = NVML_SAMPLES.full_name(Settings().kafka.topic_prefix)
+    committed = {TP(samples, 0): 42, TP(samples, 1): 0, TP("elsewhere", 0): 0}
+    rewound: list[tuple[TP, ...]] = []
+
+    async def seek_to_committed() -> dict[TP, int]:
+        return committed
+
+    async def seek_to_beginning(*partitions: TP) -> None:
+        rewound.append(partitions)
+
+    monkeypatch.setattr(consumer._thread, "seek_to_committed", seek_to_committed)
+    monkeypatch.setattr(consumer._thread, "seek_to_beginning", seek_to_beginning)
+    assert committed_offset(consumer, samples, 0) is None  # before any seek
+    asyncio.run(consumer.perform_seek())  # what Faust runs after each assignment
+    assert committed_offset(consumer, samples, 0) == 42
+    assert committed_offset(consumer, samples, 1) is None  # committed at 0: none
+    assert committed_offset(consumer, samples, 2) is None  # not assigned
+    assert rewound == [(TP(samples, 1),)]  # an input without a commit; not other topics
+
+
+def test_a_worker_installs_the_wrapped_stop_handlers(runtime: WorkerRuntime) -> None:
+    originals: dict[str, Callable[[], None]] = {}
+
+    def wrap(handler: Callable[[], None]) -> Callable[[], None]:
+        def on_signal() -> None:
+            pass
+
+        originals[handler.__name__] = handler
+        return on_signal
+
+    class Loop:
+        def __init__(self) -> None:
+            self.handlers: dict[int, Callable[[], None]] = {}
+
+        def add_signal_handler(self, signum: int, handler: Callable[[], None]) -> None:
+            self.handlers[signum] = handler
+
+    worker = new_worker(runtime.app, "WARNING", wrap_stop=wrap)
+    assert sorted(originals) == ["_on_sigint", "_on_sigterm"]
+    loop = Loop()
+    worker.loop = loop
+    worker.install_signal_handlers()  # what mode's worker does as it starts
+    assert loop.handlers[signal.SIGTERM] is worker._on_sigterm
+    assert loop.handlers[signal.SIGINT] is worker._on_sigint
+    assert loop.handlers[signal.SIGTERM] is not originals["_on_sigterm"]
+    assert loop.handlers[signal.SIGTERM].__qualname__.startswith("test_a_worker_installs")
+    assert worker.spinner is None
