@@ -110,20 +110,22 @@ class Collected:
 
     def add(self, value: Any) -> None:
         """File a decoded record by its type."""
-        if isinstance(value, PodLifecycle):
-            self.lifecycle.append(value)
-        elif isinstance(value, Attribution):
-            self.attribution.append(value)
-        elif isinstance(value, Alert):
-            self.alerts.append(value)
-        elif isinstance(value, GpuWindow):
-            self.gpu_windows.append(value)
-        elif isinstance(value, K8sPod):
-            self.pods.append(value)
-        elif isinstance(value, K8sNode):
-            self.nodes.append(value)
-        else:
-            raise TypeError(f"not a replay record: {type(value).__name__}")
+        for record_type, name in _FILED_AS:
+            if isinstance(value, record_type):
+                getattr(self, name).append(value)
+                return
+        raise TypeError(f"not a replay record: {type(value).__name__}")
+
+
+_FILED_AS: tuple[tuple[type, str], ...] = (
+    (PodLifecycle, "lifecycle"),
+    (Attribution, "attribution"),
+    (Alert, "alerts"),
+    (GpuWindow, "gpu_windows"),
+    (K8sPod, "pods"),
+    (K8sNode, "nodes"),
+)
+"""The list of `Collected` each record type goes to."""
 
 
 @dataclass

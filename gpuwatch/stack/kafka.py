@@ -9,14 +9,13 @@ import logging
 import re
 import shutil
 import socket
-import subprocess
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.stack.processes import Which, require_binary, require_java, tail
-from gpuwatch.stack.service import HOST, Daemon, Progress, StackError, StackPaths
+from gpuwatch.stack.processes import require_binary, require_java, run_logged, tail
+from gpuwatch.stack.service import HOST, LocalService, Progress, StackError, StackPaths, Which
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -184,25 +183,19 @@ def fetch_jars(settings: Settings, progress: Progress, which: Which = shutil.whi
             f"-DoutputDirectory={partial}",
             "-DincludeScope=runtime",
         ]
-        with mvn_log.open("wb") as out:
-            try:
-                done = subprocess.run(
-                    argv,
-                    cwd=home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=MVN_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise StackError(
-                    f"Maven did not fetch the Kafka {version} jars within {MVN_TIMEOUT_S} s; "
-                    f"see {mvn_log}"
-                ) from exc
-        if done.returncode != 0:
+        code, _ = run_logged(
+            argv,
+            cwd=home,
+            log_path=mvn_log,
+            timeout_s=MVN_TIMEOUT_S,
+            timed_out=(
+                f"Maven did not fetch the Kafka {version} jars within {MVN_TIMEOUT_S} s; "
+                f"see {mvn_log}"
+            ),
+        )
+        if code != 0:
             raise StackError(
-                f"Maven could not fetch the Kafka {version} jars (exit {done.returncode}); "
+                f"Maven could not fetch the Kafka {version} jars (exit {code}); "
                 f"check the network or your Maven mirror in ~/.m2/settings.xml. "
                 f"Last lines of {mvn_log}:\n{_ANSI.sub('', tail(mvn_log))}"
             )
@@ -217,13 +210,16 @@ def fetch_jars(settings: Settings, progress: Progress, which: Which = shutil.whi
     return jar_dir(settings)
 
 
-class KafkaService:
+class KafkaService(LocalService):
     """Checks, prepares and probes the local broker of one state directory."""
 
+    name = "kafka"
+    stop_timeout_s = STOP_TIMEOUT_S
+
     def __init__(self, settings: Settings, paths: StackPaths, which: Which = shutil.which):
+        stack = settings.stack
+        super().__init__(paths, which, stack.kafka_port, (stack.kafka_controller_port,))
         self.settings = settings
-        self.which = which
-        self.home = paths.service_dir("kafka")
         self.data_dir = self.home / "data"
         self.config = self.home / "server.properties"
         self.log4j = self.home / "log4j2.properties"
@@ -268,7 +264,7 @@ class KafkaService:
 
     def probe(self) -> bool:
         """True when the broker answers a metadata request with itself in it."""
-        return probe(HOST, self.settings.stack.kafka_port)
+        return probe(HOST, self.port)
 
     def _format(self, lib: Path, progress: Progress) -> None:
         progress(f"formatting Kafka storage in {self.data_dir}...")
@@ -287,46 +283,20 @@ class KafkaService:
             str(self.config),
             "--standalone",
         ]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            offset = out.seek(0, 2)
-            out.write(b"--- gpuwatch: formatting storage\n")
-            out.flush()
-            try:
-                done = subprocess.run(
-                    argv,
-                    cwd=self.home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=FORMAT_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise StackError(
-                    f"formatting Kafka storage timed out; see {self.log_path}"
-                ) from exc
-        if done.returncode != 0:
+        code, offset = run_logged(
+            argv,
+            cwd=self.home,
+            log_path=self.log_path,
+            timeout_s=FORMAT_TIMEOUT_S,
+            timed_out=f"formatting Kafka storage timed out; see {self.log_path}",
+            header="--- gpuwatch: formatting storage\n",
+        )
+        if code != 0:
             raise StackError(
-                f"formatting Kafka storage in {self.data_dir} failed (exit {done.returncode}); "
+                f"formatting Kafka storage in {self.data_dir} failed (exit {code}); "
                 f"last lines of {self.log_path}:\n{tail(self.log_path, offset=offset)}"
             )
         log.info("formatted kafka data_dir=%s cluster_id=%s", self.data_dir, cluster_id)
-
-
-def daemon(settings: Settings, paths: StackPaths, which: Which = shutil.which) -> Daemon:
-    """The local broker as a service of the stack."""
-    service = KafkaService(settings, paths, which)
-    return Daemon(
-        name="kafka",
-        port=settings.stack.kafka_port,
-        extra_ports=(settings.stack.kafka_controller_port,),
-        check=service.check,
-        prepare=service.prepare,
-        probe=service.probe,
-        workdir=service.home,
-        stop_timeout_s=STOP_TIMEOUT_S,
-    )
 
 
 def probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
@@ -364,7 +334,7 @@ def _admin_client(bootstrap: str, timeout_ms: int) -> Any:
     with warnings.catch_warnings():
         # kafka-python 3.0 reads its protocol schemas with importlib.resources.read_text.
         warnings.filterwarnings("ignore", KAFKA_IMPORT_WARNING, DeprecationWarning)
-        from kafka import KafkaAdminClient
+        from gpuwatch.kafka import KafkaAdminClient
 
     admin = KafkaAdminClient.__new__(KafkaAdminClient)
     try:

@@ -11,7 +11,6 @@ from typing import Literal
 from gpuwatch.stack import kafka, prometheus, redis
 from gpuwatch.stack.ports import describe_port_holder, port_in_use
 from gpuwatch.stack.processes import (
-    Which,
     exit_code,
     is_ours,
     is_running,
@@ -32,6 +31,7 @@ from gpuwatch.stack.service import (
     ServiceStatus,
     StackError,
     StackPaths,
+    Which,
     format_table,
 )
 from schemas.settings import ENV_VARS, Settings
@@ -57,11 +57,8 @@ def _silent(_: str) -> None:
 def daemons(settings: Settings, which: Which = shutil.which) -> list[Daemon]:
     """The services of the stack, in the order they are reported."""
     paths = StackPaths.of(settings.stack.state_dir)
-    return [
-        kafka.daemon(settings, paths, which),
-        redis.daemon(settings, paths, which),
-        prometheus.daemon(settings, paths, which),
-    ]
+    services = (kafka.KafkaService, redis.RedisService, prometheus.PrometheusService)
+    return [service(settings, paths, which).daemon() for service in services]
 
 
 def up(

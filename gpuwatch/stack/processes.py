@@ -13,11 +13,12 @@ import signal
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
-from gpuwatch.stack.service import Progress, StackError
+from gpuwatch.stack.service import Progress, StackError, Which
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,6 @@ INSTALL_HINT = "run `make install` to install the OS packages of the local stack
 TAIL_LINES = 20  # enough to show a stack trace's head or a config error, short enough to read
 _POLL_S = 0.1
 _KILL_GRACE_S = 5.0  # after SIGKILL, the kernel still has to tear the process down
-
-Which = Callable[[str], str | None]
 
 # Daemons spawned by this process. Keeping their Popen objects reaps one that exits
 # (no zombie left while we run), tells its exit code, and stops Popen from warning
@@ -163,12 +162,9 @@ def spawn(argv: list[str], *, cwd: Path, log_path: Path, pid_file: Path) -> tupl
     output to end (a CI step, a pipe) must not wait for the daemon too.
     """
     cwd.mkdir(parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as out:
-        offset = out.seek(0, os.SEEK_END)
-        stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        out.write(f"--- gpuwatch: {stamp} starting: {' '.join(argv)}\n".encode())
-        out.flush()
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    header = f"--- gpuwatch: {stamp} starting: {' '.join(argv)}\n"
+    with _log_file(log_path, header) as (out, offset):
         try:
             child = subprocess.Popen(
                 argv,
@@ -187,6 +183,37 @@ def spawn(argv: list[str], *, cwd: Path, log_path: Path, pid_file: Path) -> tupl
     write_pid(pid_file, child.pid)
     log.info("spawned pid=%d argv0=%s log=%s", child.pid, argv[0], log_path)
     return child.pid, offset
+
+
+def run_logged(
+    argv: list[str],
+    *,
+    cwd: Path,
+    log_path: Path,
+    timeout_s: float,
+    timed_out: str,
+    header: str | None = None,
+) -> tuple[int, int]:
+    """Run a one-off command to its end; returns its exit code and where its output starts.
+
+    Its output goes to `log_path`: appended after `header` when one is given, else in
+    place of what the file held. Running past `timeout_s` is a StackError saying
+    `timed_out`.
+    """
+    with _log_file(log_path, header) as (out, offset):
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise StackError(timed_out) from exc
+    return done.returncode, offset
 
 
 def exit_code(pid: int) -> int | None:
@@ -265,6 +292,21 @@ def locked(lock_file: Path, progress: Progress) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _log_file(log_path: Path, header: str | None) -> Iterator[tuple[BinaryIO, int]]:
+    """A log open for a command's output, and the offset where that output starts.
+
+    With a header the log is appended to, the header first; without, it is emptied.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb" if header is None else "ab") as out:
+        offset = out.seek(0, os.SEEK_END)
+        if header is not None:
+            out.write(header.encode())
+            out.flush()
+        yield out, offset
 
 
 def _let_daemons_outlive_us() -> None:

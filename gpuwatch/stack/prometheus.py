@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 
 import gpuwatch
-from gpuwatch.stack.processes import Which, require_binary
-from gpuwatch.stack.service import HOST, Daemon, Progress, StackError, StackPaths
+from gpuwatch.stack.processes import require_binary
+from gpuwatch.stack.service import HOST, LocalService, Progress, StackError, StackPaths, Which
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -83,15 +83,16 @@ def moved(source: Path, port: int) -> str:
     return header + yaml.safe_dump(config, sort_keys=False)
 
 
-class PrometheusService:
+class PrometheusService(LocalService):
     """Checks, prepares and probes the local Prometheus of one state directory."""
 
+    name = "prometheus"
+    stop_timeout_s = STOP_TIMEOUT_S
+
     def __init__(self, settings: Settings, paths: StackPaths, which: Which = shutil.which):
-        self.port = settings.stack.prometheus_port
+        super().__init__(paths, which, settings.stack.prometheus_port)
         self.config = config_path(settings)
         self.configured = settings.stack.prometheus_config is not None
-        self.which = which
-        self.home = paths.service_dir("prometheus")
         self.binary = "prometheus"
 
     def check(self) -> None:
@@ -119,20 +120,6 @@ class PrometheusService:
     def probe(self) -> bool:
         """True when GET /-/ready answers 200."""
         return probe(HOST, self.port)
-
-
-def daemon(settings: Settings, paths: StackPaths, which: Which = shutil.which) -> Daemon:
-    """The local Prometheus as a service of the stack."""
-    service = PrometheusService(settings, paths, which)
-    return Daemon(
-        name="prometheus",
-        port=service.port,
-        check=service.check,
-        prepare=service.prepare,
-        probe=service.probe,
-        workdir=service.home,
-        stop_timeout_s=STOP_TIMEOUT_S,
-    )
 
 
 def probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:

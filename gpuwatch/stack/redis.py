@@ -6,13 +6,10 @@ import logging
 import shutil
 from pathlib import Path
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
-from gpuwatch.stack.processes import Which, require_binary
-from gpuwatch.stack.service import HOST, Daemon, Progress, StackPaths
+from gpuwatch.stack.processes import require_binary
+from gpuwatch.stack.service import HOST, LocalService, Progress, StackPaths, Which
 from schemas.settings import Settings
+from sinks.redis import client as redis_client
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +40,14 @@ def render_redis_conf(*, port: int, data_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-class RedisService:
+class RedisService(LocalService):
     """Checks, prepares and probes the local redis-server of one state directory."""
 
+    name = "redis"
+    stop_timeout_s = STOP_TIMEOUT_S
+
     def __init__(self, settings: Settings, paths: StackPaths, which: Which = shutil.which):
-        self.port = settings.stack.redis_port
-        self.which = which
-        self.home = paths.service_dir("redis")
+        super().__init__(paths, which, settings.stack.redis_port)
         self.config = self.home / "redis.conf"
         self.binary = "redis-server"
 
@@ -68,32 +66,18 @@ class RedisService:
         return probe(HOST, self.port)
 
 
-def daemon(settings: Settings, paths: StackPaths, which: Which = shutil.which) -> Daemon:
-    """The local Redis as a service of the stack."""
-    service = RedisService(settings, paths, which)
-    return Daemon(
-        name="redis",
-        port=service.port,
-        check=service.check,
-        prepare=service.prepare,
-        probe=service.probe,
-        workdir=service.home,
-        stop_timeout_s=STOP_TIMEOUT_S,
-    )
-
-
 def probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """True when a Redis on host:port answers PING."""
-    client = redis.Redis(
-        host=host,
-        port=port,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),  # one question; redis-py retries 3 times by default
+    client = redis_client.connect_to(
+        host,
+        port,
+        timeout_s=timeout_s,
+        connect_timeout_s=timeout_s,
+        retries=0,  # one question; redis-py retries 3 times by default
     )
     try:
         return client.ping() is True
-    except (redis.RedisError, OSError) as exc:
+    except (redis_client.RedisError, OSError) as exc:
         log.debug("redis probe failed address=%s:%d error=%r", host, port, exc)
         return False
     finally:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 ServiceName = Literal["kafka", "redis", "prometheus"]
 ServiceState = Literal["up", "down", "external", "starting"]
 Progress = Callable[[str], None]
+Which = Callable[[str], str | None]
 
 HOST = "127.0.0.1"  # the local stack never listens beyond loopback
 
@@ -87,6 +89,50 @@ class Daemon:
     def address(self) -> str:
         """host:port of the service's listener."""
         return f"{HOST}:{self.port}"
+
+
+class LocalService(ABC):
+    """One service of the stack in one state directory, as `Daemon` asks for it.
+
+    A subclass names the service, its ports and its stop timeout, and says how to
+    check, prepare and probe it; `daemon` hands these to the manager.
+    """
+
+    name: ClassVar[ServiceName]
+    stop_timeout_s: ClassVar[float] = 10.0
+
+    def __init__(
+        self, paths: StackPaths, which: Which, port: int, extra_ports: tuple[int, ...] = ()
+    ) -> None:
+        self.which = which
+        self.port = port
+        self.extra_ports = extra_ports
+        self.home = paths.service_dir(self.name)
+
+    @abstractmethod
+    def check(self) -> None:
+        """A StackError when a binary or a file the service needs is missing."""
+
+    @abstractmethod
+    def prepare(self, progress: Progress) -> list[str]:
+        """Fetch, render and format what the service needs; its command line."""
+
+    @abstractmethod
+    def probe(self) -> bool:
+        """Whether the service answers now (a few seconds at most)."""
+
+    def daemon(self) -> Daemon:
+        """The service as the manager starts, waits for and stops it."""
+        return Daemon(
+            name=self.name,
+            port=self.port,
+            extra_ports=self.extra_ports,
+            check=self.check,
+            prepare=self.prepare,
+            probe=self.probe,
+            workdir=self.home,
+            stop_timeout_s=self.stop_timeout_s,
+        )
 
 
 def format_table(statuses: Sequence[ServiceStatus]) -> str:

@@ -10,6 +10,8 @@ from prometheus_client.registry import Collector
 from producers.agent.loop import NodeAgent
 from producers.agent.publisher import Publisher
 
+PREFIX = "gpuwatch_agent_"
+
 
 class AgentCollector(Collector):
     """Samples, drops, buffer, read time and errors of one agent and its publisher."""
@@ -20,48 +22,30 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """One family per figure, labelled with the node."""
-        agent, pub = self._agent, self._publisher
-        node = agent.node
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            family = CounterMetricFamily(name, doc, labels=["node"])
-            family.add_metric([node], value)
-            return family
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, doc, labels=["node"])
-            family.add_metric([node], value)
-            return family
-
-        yield counter("gpuwatch_agent_samples", "Node samples taken", agent.stats.ticks)
-        yield counter(
-            "gpuwatch_agent_skipped_ticks",
-            "Ticks skipped after an overrun",
-            agent.stats.skipped_ticks,
-        )
-        yield counter(
-            "gpuwatch_agent_read_errors", "Device reads that failed", agent.stats.read_errors
-        )
-        yield counter("gpuwatch_agent_sent", "Samples acknowledged by Kafka", pub.stats.sent)
-        yield counter(
-            "gpuwatch_agent_dropped",
-            "Samples dropped, oldest first, from a full buffer",
-            pub.outbox.dropped,
-        )
-        yield counter(
-            "gpuwatch_agent_lost", "Samples given up after the delivery timeout", pub.stats.failed
-        )
-        yield gauge("gpuwatch_agent_buffer_bytes", "Bytes waiting for Kafka", pub.outbox.size_bytes)
-        yield gauge(
-            "gpuwatch_agent_in_flight_bytes",
-            "Bytes handed to the Kafka client, not yet acknowledged",
-            pub.in_flight_bytes,
-        )
-        yield gauge(
-            "gpuwatch_agent_read_seconds",
-            "Seconds the last tick spent reading GPUs, PIDs and allocations",
-            agent.stats.last_read_s,
-        )
-        yield gauge(
-            "gpuwatch_agent_gpus", "GPUs and MIG instances in the last sample", agent.stats.gpus
-        )
+        stats, pub = self._agent.stats, self._publisher
+        counters = {
+            "samples": ("Node samples taken", stats.ticks),
+            "skipped_ticks": ("Ticks skipped after an overrun", stats.skipped_ticks),
+            "read_errors": ("Device reads that failed", stats.read_errors),
+            "sent": ("Samples acknowledged by Kafka", pub.stats.sent),
+            "dropped": ("Samples dropped, oldest first, from a full buffer", pub.outbox.dropped),
+            "lost": ("Samples given up after the delivery timeout", pub.stats.failed),
+        }
+        gauges = {
+            "buffer_bytes": ("Bytes waiting for Kafka", pub.outbox.size_bytes),
+            "in_flight_bytes": (
+                "Bytes handed to the Kafka client, not yet acknowledged",
+                pub.in_flight_bytes,
+            ),
+            "read_seconds": (
+                "Seconds the last tick spent reading GPUs, PIDs and allocations",
+                stats.last_read_s,
+            ),
+            "gpus": ("GPUs and MIG instances in the last sample", stats.gpus),
+        }
+        node = [self._agent.node]
+        for kind, figures in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
+            for name, (doc, value) in figures.items():
+                family = kind(PREFIX + name, doc, labels=["node"])
+                family.add_metric(node, value)
+                yield family

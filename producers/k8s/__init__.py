@@ -4,6 +4,6 @@ Pure core: `objects` (typed API JSON), `selection` (GPU pods and nodes, effectiv
 request), `owners` (ReplicaSet -> Deployment, Job -> CronJob), `normalise` (objects to
 values), `resync` (what to publish after an event or a relist). Effects: `watching`
 (the list+watch loop), `watcher` (all watches of the settings), `client` (the
-`kubernetes` client, the only importer of it), `metrics`. `apiserver` is an in-process
-API server that speaks list/watch, for tests and the cluster simulator.
+`kubernetes` client, the only importer of it), `metrics`. The in-process API server that
+speaks list/watch, for tests and the cluster simulator, is `producers.simulate.kube`.
 """

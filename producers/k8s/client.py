@@ -90,12 +90,7 @@ class KubernetesApi:
             _continue=continue_token,
             _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
         )
-        try:
-            return bytes(response.data)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"list of {collection} broke off: {exc!r}") from exc
-        finally:
-            response.release_conn()
+        return _body(response, f"list of {collection}")
 
     def watch(self, collection: Collection, *, resource_version: str, timeout_s: int) -> WatchLines:
         """A watch with bookmarks from `resource_version`, ended by the server after `timeout_s`."""
@@ -131,12 +126,7 @@ class KubernetesApi:
             raise _api_error(exc, f"{kind} {namespace}/{name}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(f"{kind} {namespace}/{name}: no answer: {exc!r}") from exc
-        try:
-            return bytes(response.data)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"{kind} {namespace}/{name} broke off: {exc!r}") from exc
-        finally:
-            response.release_conn()
+        return _body(response, f"{kind} {namespace}/{name}")
 
     def _request(self, collection: Collection, **options: Any) -> Any:
         options["_preload_content"] = False
@@ -152,6 +142,16 @@ class KubernetesApi:
             raise _api_error(exc, str(collection)) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(f"{collection}: no answer: {exc!r}") from exc
+
+
+def _body(response: Any, what: str) -> bytes:
+    """The whole body of a response read without preloading; ApiError when it breaks off."""
+    try:
+        return bytes(response.data)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(f"{what} broke off: {exc!r}") from exc
+    finally:
+        response.release_conn()
 
 
 def _api_error(exc: Any, what: str) -> ApiError:

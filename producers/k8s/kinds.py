@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+import msgspec
 
 from producers.k8s.api import Resource
 from producers.k8s.normalise import (
@@ -34,6 +37,8 @@ from schemas.k8s_pod import K8sPod
 
 O = TypeVar("O")  # noqa: E741 - the object type, as in the API's own generics
 V = TypeVar("V", K8sPod, K8sNode)
+K = TypeVar("K", Pod, Node)
+S_contra = TypeVar("S_contra", contravariant=True)
 
 
 class Kind(Protocol, Generic[O, V]):
@@ -66,35 +71,65 @@ class Kind(Protocol, Generic[O, V]):
         ...
 
 
-class PodKind:
-    """Pods: keyed by uid, GPU pods and named pods, owners resolved."""
+class Selection(Protocol[S_contra]):
+    """Which objects of a kind are published (`PodSelection`, `NodeSelection`)."""
+
+    def wanted(self, obj: S_contra) -> bool:
+        """Whether `obj` is."""
+        ...
+
+
+class _ApiKind(Generic[K]):
+    """What is the same for every kind: the API's JSON decoded, the key and resourceVersion
+    read, the selection asked."""
+
+    _decode_list: Callable[[bytes], Page[K]]
+    _decoder: msgspec.json.Decoder[K]
+    _key: Callable[[K], str]
+    _selection: Selection[K]
+
+    def __init__(
+        self,
+        selection: Selection[K],
+        key: Callable[[K], str],
+        decode_list: Callable[[bytes], Page[K]],
+        decoder: msgspec.json.Decoder[K],
+    ) -> None:
+        self._selection = selection
+        self._key = key
+        self._decode_list = decode_list
+        self._decoder = decoder
+
+    def decode_list(self, raw: bytes) -> Page[K]:
+        """A list page."""
+        return self._decode_list(raw)
+
+    def decode_event(self, line: bytes) -> WatchEvent[K]:
+        """One watch event."""
+        return decode_event(line, self._decoder)
+
+    def key(self, obj: K) -> str:
+        """The message key."""
+        return self._key(obj)
+
+    def version(self, obj: K) -> str | None:
+        """The object's resourceVersion."""
+        return (obj.get("metadata") or {}).get("resourceVersion")
+
+    def wanted(self, obj: K) -> bool:
+        """Whether the selection wants an object not yet published."""
+        return self._selection.wanted(obj)
+
+
+class PodKind(_ApiKind[Pod]):
+    """Pods: keyed by uid, GPU pods and the pods the configuration names, owners resolved."""
 
     resource: Resource = "pods"
 
     def __init__(self, rules: PodRules, selection: PodSelection, owners: OwnerResolver) -> None:
+        super().__init__(selection, pod_key, decode_pod_list, POD_DECODER)
         self.rules = rules
-        self.selection = selection
         self.owners = owners
-
-    def decode_list(self, raw: bytes) -> Page[Pod]:
-        """A PodList page."""
-        return decode_pod_list(raw)
-
-    def decode_event(self, line: bytes) -> WatchEvent[Pod]:
-        """One pod watch event."""
-        return decode_event(line, POD_DECODER)
-
-    def key(self, obj: Pod) -> str:
-        """The pod's uid."""
-        return pod_key(obj)
-
-    def version(self, obj: Pod) -> str | None:
-        """The pod's resourceVersion."""
-        return (obj.get("metadata") or {}).get("resourceVersion")
-
-    def wanted(self, obj: Pod) -> bool:
-        """GPU pods and the pods the configuration names."""
-        return self.selection.wanted(obj)
 
     def observe(self, obj: Pod) -> Observed[K8sPod]:
         """The pod's value, owner resolved."""
@@ -104,37 +139,16 @@ class PodKind:
         return Observed(value.uid, value.resource_version, value, pod_stamps(obj))
 
 
-class NodeKind:
+class NodeKind(_ApiKind[Node]):
     """Nodes: keyed by name, GPU nodes only."""
 
     resource: Resource = "nodes"
 
     def __init__(self, rules: NodeRules, selection: NodeSelection) -> None:
+        super().__init__(selection, node_key, decode_node_list, NODE_DECODER)
         self.rules = rules
-        self.selection = selection
-
-    def decode_list(self, raw: bytes) -> Page[Node]:
-        """A NodeList page."""
-        return decode_node_list(raw)
-
-    def decode_event(self, line: bytes) -> WatchEvent[Node]:
-        """One node watch event."""
-        return decode_event(line, NODE_DECODER)
-
-    def key(self, obj: Node) -> str:
-        """The node's name."""
-        return node_key(obj)
-
-    def version(self, obj: Node) -> str | None:
-        """The node's resourceVersion."""
-        return (obj.get("metadata") or {}).get("resourceVersion")
-
-    def wanted(self, obj: Node) -> bool:
-        """GPU nodes."""
-        return self.selection.wanted(obj)
 
     def observe(self, obj: Node) -> Observed[K8sNode]:
         """The node's value."""
         value = normalise_node(obj, self.rules)
-        version = (obj.get("metadata") or {}).get("resourceVersion") or ""
-        return Observed(value.node, version, value, node_stamps(obj))
+        return Observed(value.node, self.version(obj) or "", value, node_stamps(obj))

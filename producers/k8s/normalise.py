@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from producers.k8s.objects import (
     Condition as ConditionObject,
@@ -119,31 +120,24 @@ def _condition(obj: ConditionObject) -> Condition:
 
 def _container(obj: ContainerStatusObject) -> ContainerStatus:
     state = obj.get("state") or {}
-    last = (obj.get("lastState") or {}).get("terminated") or {}
-    restarts = max(0, obj.get("restartCount") or 0)
-    name = obj.get("name") or ""
     terminated = state.get("terminated")
+    kind: Literal["waiting", "running", "terminated"]
     if terminated is not None:
-        return ContainerStatus(
-            name=name,
-            state="terminated",
-            reason=terminated.get("reason") or None,
-            exit_code=terminated.get("exitCode"),
-            restarts=restarts,
-        )
-    if state.get("running") is not None:
-        return ContainerStatus(
-            name=name, state="running", reason=None, exit_code=None, restarts=restarts
-        )
-    waiting = state.get("waiting") or {}
-    # A container waiting after it ran (CrashLoopBackOff) shows the exit code of its
-    # last run: the reason says it is backing off, the code says how it died (137: OOM).
+        kind, reason, exit_code = "terminated", terminated.get("reason"), terminated.get("exitCode")
+    elif state.get("running") is not None:
+        kind, reason, exit_code = "running", None, None
+    else:
+        # A container waiting after it ran (CrashLoopBackOff) shows the exit code of its
+        # last run: the reason says it is backing off, the code says how it died (137: OOM).
+        last = (obj.get("lastState") or {}).get("terminated") or {}
+        kind, reason = "waiting", (state.get("waiting") or {}).get("reason")
+        exit_code = last.get("exitCode")
     return ContainerStatus(
-        name=name,
-        state="waiting",
-        reason=waiting.get("reason") or None,
-        exit_code=last.get("exitCode"),
-        restarts=restarts,
+        name=obj.get("name") or "",
+        state=kind,
+        reason=reason or None,
+        exit_code=exit_code,
+        restarts=max(0, obj.get("restartCount") or 0),
     )
 
 

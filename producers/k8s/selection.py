@@ -8,32 +8,21 @@ one). A node is a GPU node when it has GPU capacity or the GPU feature discovery
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from producers.k8s.objects import Container, Node, Pod, Quantity, parse_quantity
+from producers.resources import ResourceFilter
 
 log = logging.getLogger(__name__)
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"  # set by GPU feature discovery before the plugin
 
 
-@dataclass(frozen=True)
-class GpuResources:
-    """Extended resource names that are GPUs: exact names and name prefixes (MIG profiles)."""
+class GpuResources(ResourceFilter):
+    """The GPU resources, with the GPU entries of a resource map counted."""
 
-    names: frozenset[str]
-    prefixes: tuple[str, ...]
-
-    @classmethod
-    def of(cls, names: Iterable[str], prefixes: Iterable[str]) -> GpuResources:
-        """From the settings' two lists."""
-        return cls(frozenset(names), tuple(prefixes))
-
-    def __contains__(self, resource: object) -> bool:
-        return isinstance(resource, str) and (
-            resource in self.names or resource.startswith(self.prefixes)
-        )
+    __slots__ = ()
 
     def counts(self, quantities: Mapping[str, Quantity] | None) -> dict[str, int]:
         """The GPU entries of a resource map (capacity, requests) as whole counts."""

@@ -14,11 +14,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from producers.agent.readings import AllocationSource, DeviceAllocation
-from producers.podresources.devices import ResourceFilter
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, method_path
+from producers.resources import ResourceFilter
 from schemas.ids import PodUid
 
 __all__ = [
@@ -43,7 +44,7 @@ DEFAULT_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
 # where an oversized answer would fail every tick with RESOURCE_EXHAUSTED.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-T = TypeVar("T")
+R = TypeVar("R", bound=Message)
 
 
 class PodUidLookup(Protocol):
@@ -113,7 +114,8 @@ class KubeletAllocationSource:
 
     def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
         """Current GPU allocations of this node; None while the kubelet cannot be read."""
-        response = self._call("List", self._list_rpc)
+        request = api_pb2.ListPodResourcesRequest()
+        response = self._call("List", request, api_pb2.ListPodResourcesResponse)
         if response is None:
             return None
         self._pod_uids.refresh()
@@ -121,7 +123,10 @@ class KubeletAllocationSource:
 
     def allocatable(self) -> tuple[str, ...] | None:
         """Device ids of the GPU resources the kubelet can allocate; None where not served."""
-        response = self._call("GetAllocatableResources", self._allocatable_rpc, optional=True)
+        request = api_pb2.AllocatableResourcesRequest()
+        response = self._call(
+            "GetAllocatableResources", request, api_pb2.AllocatableResourcesResponse, optional=True
+        )
         if response is None:
             return None
         return tuple(sorted(_wanted_ids(response.devices, self._wanted)))
@@ -145,28 +150,10 @@ class KubeletAllocationSource:
         """Close the channel."""
         self.close()
 
-    def _list_rpc(self, channel: grpc.Channel) -> api_pb2.ListPodResourcesResponse:
-        """One v1 List call."""
-        rpc = channel.unary_unary(
-            method_path("List"),
-            request_serializer=api_pb2.ListPodResourcesRequest.SerializeToString,
-            response_deserializer=api_pb2.ListPodResourcesResponse.FromString,
-        )
-        return rpc(api_pb2.ListPodResourcesRequest(), timeout=self._timeout_s)
-
-    def _allocatable_rpc(self, channel: grpc.Channel) -> api_pb2.AllocatableResourcesResponse:
-        """One v1 GetAllocatableResources call."""
-        rpc = channel.unary_unary(
-            method_path("GetAllocatableResources"),
-            request_serializer=api_pb2.AllocatableResourcesRequest.SerializeToString,
-            response_deserializer=api_pb2.AllocatableResourcesResponse.FromString,
-        )
-        return rpc(api_pb2.AllocatableResourcesRequest(), timeout=self._timeout_s)
-
     def _call(
-        self, name: str, rpc: Callable[[grpc.Channel], T], optional: bool = False
-    ) -> T | None:
-        """Run one RPC; None (logged) when the socket is missing or the call fails.
+        self, name: str, request: Message, response_type: type[R], optional: bool = False
+    ) -> R | None:
+        """Run one v1 RPC; None (logged) when the socket is missing or the call fails.
 
         `optional` RPCs answering UNIMPLEMENTED (an older kubelet, a disabled feature
         gate) give None without counting as an outage.
@@ -179,8 +166,13 @@ class KubeletAllocationSource:
             target = f"unix://{self._socket_path.absolute()}"
             options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
             self._channel = grpc.insecure_channel(target, options=options)
+        rpc = self._channel.unary_unary(
+            method_path(name),
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response_type.FromString,
+        )
         try:
-            result = rpc(self._channel)
+            result: R = rpc(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
             code = exc.code()
             if optional and code == grpc.StatusCode.UNIMPLEMENTED:

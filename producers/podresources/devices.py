@@ -1,14 +1,13 @@
-"""Device ids as device plugins write them: replica suffixes, MIG ids and resource filters."""
+"""Device ids as device plugins write them: replica suffixes and MIG ids."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from producers.agent.readings import DeviceAllocation
 from schemas.ids import GpuUuid
 
-__all__ = ["ResourceFilter", "is_replicated", "normalise_device_id"]
+__all__ = ["is_replicated", "normalise_device_id"]
 
 # The NVIDIA k8s-device-plugin (internal/rm/devices.go, `NewAnnotatedID`) advertises
 # each time-slicing or MPS replica of a device as fmt.Sprintf("%s::%d", id, replica),
@@ -46,20 +45,3 @@ def is_replicated(allocations: Iterable[DeviceAllocation]) -> set[GpuUuid]:
             if replica is not None:
                 shared.add(uuid)
     return shared
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceFilter:
-    """Which extended resources count as GPUs: exact names plus name prefixes."""
-
-    names: frozenset[str]
-    prefixes: tuple[str, ...]
-
-    @classmethod
-    def of(cls, names: Sequence[str], prefixes: Sequence[str]) -> ResourceFilter:
-        """A filter from configured names (`nvidia.com/gpu`) and prefixes (`nvidia.com/mig-`)."""
-        return cls(frozenset(names), tuple(prefixes))
-
-    def __call__(self, resource: str) -> bool:
-        """True when `resource` is one of the GPU resources."""
-        return resource in self.names or resource.startswith(self.prefixes)

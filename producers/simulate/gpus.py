@@ -213,7 +213,7 @@ class SimReader:
             readings = [self._instance(instance, t) for instance in instances]
             busy = sum(u * i.mem_total_bytes for (_, u), i in zip(readings, instances, strict=True))
             used = sum(r.mem_used_bytes for r, _ in readings)
-            devices.append(self._physical(gpu, busy / gpu.mem_total_bytes, (), used))
+            devices.append(self._reading(gpu, busy / gpu.mem_total_bytes, (), used))
             devices.extend(r for r, _ in readings)
         return ReadResult(devices=tuple(devices), errors=tuple(errors))
 
@@ -232,55 +232,44 @@ class SimReader:
     def _whole(self, gpu: SimGpu, t: float) -> DeviceReading:
         if not self._runs[gpu.uuid] and gpu.uuid not in self._xids:
             if gpu.uuid not in self._idle:  # an idle GPU reads the same every tick
-                self._idle[gpu.uuid] = self._physical(gpu, 0.0, (), 0)
+                self._idle[gpu.uuid] = self._reading(gpu, 0.0, (), 0)
             return self._idle[gpu.uuid]
         running, total, used = self._running(gpu, t)
         scale = 100.0 / total if total > 100.0 else 1.0  # time-slicing shares one device
         processes = tuple([ProcessReading(pid, mem, sm * scale) for pid, mem, sm in running])
-        return self._physical(gpu, min(total, 100.0), processes, used)
+        return self._reading(gpu, min(total, 100.0), processes, used)
 
     def _instance(self, gpu: SimGpu, t: float) -> tuple[DeviceReading, float]:
         """A MIG instance's reading, and its true utilization (%) for the parent's power."""
         running, total, used = self._running(gpu, t)
-        reading = DeviceReading(
-            uuid=GpuUuid(gpu.uuid),
-            index=gpu.index,
-            model=gpu.model,
-            parent_uuid=GpuUuid(gpu.parent_uuid) if gpu.parent_uuid else None,
-            mig_profile=gpu.mig_profile,
-            mig_enabled=True,
-            util_pct=None,
-            mem_util_pct=None,
-            mem_used_bytes=used,
-            mem_total_bytes=gpu.mem_total_bytes,
-            power_w=None,
-            temp_c=None,
-            xid_errors=(),
-            ecc_dbe=None,
-            processes=tuple([ProcessReading(pid, None, None) for pid, _, _ in running]),
-            mps=gpu.mps and bool(running),
-        )
-        return reading, min(100.0, total)
+        processes = tuple([ProcessReading(pid, None, None) for pid, _, _ in running])
+        util = min(100.0, total)
+        return self._reading(gpu, util, processes, used), util
 
-    def _physical(
+    def _reading(
         self, gpu: SimGpu, util: float, processes: tuple[ProcessReading, ...], used: int
     ) -> DeviceReading:
-        mig = gpu.uuid in self._children  # utilization N/A, as drivers report under MIG
+        """A GPU or MIG instance at `util` %. Under MIG utilization is N/A, as drivers report
+        it; an instance's power, temperature, Xids and ECC are its parent's."""
+        instance = gpu.parent_uuid is not None
+        mig = instance or gpu.uuid in self._children
+        power_w = gpu.power_idle_w + (gpu.power_max_w - gpu.power_idle_w) * util / 100.0
+        temp_c = int(TEMP_IDLE_C + (TEMP_FULL_C - TEMP_IDLE_C) * util / 100.0 + 0.5)
         return DeviceReading(
             uuid=GpuUuid(gpu.uuid),
             index=gpu.index,
             model=gpu.model,
-            parent_uuid=None,
-            mig_profile=None,
+            parent_uuid=GpuUuid(gpu.parent_uuid) if gpu.parent_uuid else None,
+            mig_profile=gpu.mig_profile if instance else None,
             mig_enabled=mig,
             util_pct=None if mig else util,
             mem_util_pct=None if mig else util * MEM_UTIL_PER_SM,
             mem_used_bytes=used,
             mem_total_bytes=gpu.mem_total_bytes,
-            power_w=gpu.power_idle_w + (gpu.power_max_w - gpu.power_idle_w) * util / 100.0,
-            temp_c=int(TEMP_IDLE_C + (TEMP_FULL_C - TEMP_IDLE_C) * util / 100.0 + 0.5),
-            xid_errors=tuple(self._xids.pop(gpu.uuid, ())),
-            ecc_dbe=0,
+            power_w=None if instance else power_w,
+            temp_c=None if instance else temp_c,
+            xid_errors=() if instance else tuple(self._xids.pop(gpu.uuid, ())),
+            ecc_dbe=None if instance else 0,
             processes=processes,
             mps=gpu.mps and bool(processes),
         )

@@ -18,7 +18,7 @@ import msgspec
 from schemas.gpu_window import GpuWindow, PodWindowShare
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
-from streams.core.integrals import GpuIntegrals, SampleIntegrals, scaled
+from streams.core.integrals import GpuIntegrals, SampleIntegrals, scaled, share_mean
 from streams.core.windows import closable, is_late, split_interval
 
 __all__ = ["GpuWindowAcc", "GpuWindows", "PodWindowAcc"]
@@ -41,7 +41,6 @@ class PodWindowAcc(msgspec.Struct, gc=False):
 
     def share(self) -> PodWindowShare:
         """The pod's line in the closed window."""
-        known = self.share_seconds
         return PodWindowShare(
             uid=self.uid,
             namespace=self.namespace,
@@ -49,7 +48,7 @@ class PodWindowAcc(msgspec.Struct, gc=False):
             allocated_seconds=self.allocated_seconds,
             used_gpu_seconds=self.used_gpu_seconds,
             idle_seconds=self.idle_seconds,
-            share_mean=min(1.0, self.used_gpu_seconds / known) if known > 0 else None,
+            share_mean=share_mean(self.used_gpu_seconds, self.share_seconds),
             vram_peak_bytes=self.vram_peak_bytes,
         )
 

@@ -27,6 +27,7 @@ from schemas.prices import PriceTable
 from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
 
 __all__ = [
+    "PRECISION",
     "GpuIntegrals",
     "NodePrices",
     "PodIntegrals",
@@ -34,7 +35,9 @@ __all__ = [
     "SampleIntegrals",
     "integrate",
     "integrate_sample",
+    "least_precise",
     "scaled",
+    "share_mean",
 ]
 
 _S_PER_HOUR = 3600.0
@@ -43,6 +46,27 @@ _MS_PER_S = 1000.0
 _MIG_SLICES = 7
 _MIG_SLICES_BY_MODEL = {"A30": 4}
 _MIG_G = re.compile(r"^(\d+)g\.")  # "3g.40gb" -> 3 compute slices
+
+PRECISION: dict[AttributionMethod, int] = {
+    "exclusive": 0,
+    "process": 1,
+    "memory_share": 2,
+    "unknown": 3,
+}
+"""Attribution methods from most to least precise: where one GPU's method changes within
+a sum of integrals, or a record covers several GPUs, the least precise is reported."""
+
+
+def least_precise(methods: list[AttributionMethod]) -> AttributionMethod:
+    """The least precise of some methods; unknown when there are none."""
+    return max(methods, key=PRECISION.__getitem__, default="unknown")
+
+
+def share_mean(used_gpu_seconds: float, share_seconds: float) -> float | None:
+    """The mean compute share over the seconds it was known (None: never known)."""
+    if share_seconds > 0:
+        return min(1.0, used_gpu_seconds / share_seconds)
+    return None
 
 
 class PodIntegrals(msgspec.Struct, frozen=True, gc=False):

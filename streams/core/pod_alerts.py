@@ -70,6 +70,27 @@ def _alert(
     )
 
 
+def _stalled(
+    state: PodState, step: PodLifecycle, since: int | None, rules: RuleSettings, pod: str
+) -> tuple[int | None, Alert | None]:
+    """The PodStalled alert a transition calls for, if any, and the firing alert's `since`
+    after it (None: not firing). An Idle stall began when the pod's idle run did."""
+    if step.to_state == "stalled" and since is None:
+        if step.reason == IDLE:
+            since = max(step.ts - rules.stall_after_s * 1000, 0)
+            summary = f"{pod} stalled: idle on all its GPUs for {rules.stall_after_s} s"
+        else:
+            since = step.ts
+            summary = f"{pod} stalled: {step.reason}"
+        alert = _alert(state, "PodStalled", "firing", ts=step.ts, since=since, summary=summary)
+        return since, alert
+    if step.to_state != "stalled" and since is not None:
+        summary = f"{pod} no longer stalled ({step.to_state})"
+        alert = _alert(state, "PodStalled", "resolved", ts=step.ts, since=since, summary=summary)
+        return None, alert
+    return since, None
+
+
 def evaluate(
     before: PodState | None,
     after: PodState,
@@ -121,31 +142,9 @@ def evaluate(
                 )
                 out.append(resolved)
             queued_since, queued_firing = None, False
-        if step.to_state == "stalled" and stalled_since is None:
-            if step.reason == IDLE:
-                stalled_since = max(step.ts - rules.stall_after_s * 1000, 0)
-                summary = f"{pod} stalled: idle on all its GPUs for {rules.stall_after_s} s"
-            else:
-                stalled_since = step.ts
-                summary = f"{pod} stalled: {step.reason}"
-            out.append(
-                _alert(
-                    after, "PodStalled", "firing", ts=step.ts, since=stalled_since, summary=summary
-                )
-            )
-        elif step.to_state != "stalled" and stalled_since is not None:
-            summary = f"{pod} no longer stalled ({step.to_state})"
-            out.append(
-                _alert(
-                    after,
-                    "PodStalled",
-                    "resolved",
-                    ts=step.ts,
-                    since=stalled_since,
-                    summary=summary,
-                )
-            )
-            stalled_since = None
+        stalled_since, alert = _stalled(after, step, stalled_since, rules, pod)
+        if alert is not None:
+            out.append(alert)
         reason = step.reason
     queued_due(after.horizon, left=False)
     after = msgspec.structs.replace(

@@ -16,11 +16,12 @@ from typing import Literal
 import msgspec
 
 from schemas.attribution import Attribution, GpuAttribution
-from schemas.fields import AttributionMethod
 from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import WindowSettings
+from streams.core.integrals import PRECISION, least_precise
 from streams.core.lifecycle import state_at
 from streams.core.pod_state import GpuTotals, OpenWindow, PodState, new_state
+from streams.core.windows import window_start
 
 __all__ = [
     "PRECISION",
@@ -36,28 +37,10 @@ __all__ = [
 UsageOutcome = Literal["added", "late", "duplicate"]
 """What became of a usage message: counted, (partly) late, or a replay of counted usage."""
 
-PRECISION: dict[AttributionMethod, int] = {
-    "exclusive": 0,
-    "process": 1,
-    "memory_share": 2,
-    "unknown": 3,
-}
-"""Attribution methods from most to least precise (a record reports its least precise)."""
-
 UNKNOWN_POD_GRACE_MS = 300_000
 """How much longer the windows of a pod with no pod event yet stay open, so that the
 record can name the pod: 5 minutes cover a watcher restart and its relist, which
 re-sends every live pod."""
-
-
-def window_start(ts: int, window_ms: int) -> int:
-    """Start of the epoch-aligned window that holds event time `ts`."""
-    return ts - ts % window_ms
-
-
-def least_precise(methods: list[AttributionMethod]) -> AttributionMethod:
-    """The least precise of some methods; unknown when there are none."""
-    return max(methods, key=PRECISION.__getitem__, default="unknown")
 
 
 def _added(totals: GpuTotals | None, gpu: GpuUsage, fraction: float) -> GpuTotals:

@@ -30,20 +30,13 @@ from schemas.fields import AttributionMethod, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
 from schemas.pod_usage import GpuUsage, PodUsage
-from streams.core.integrals import PodIntegrals, SampleIntegrals
+from streams.core.integrals import PRECISION, PodIntegrals, SampleIntegrals, share_mean
 from streams.core.windows import Part, split_interval, window_start
 
 __all__ = ["FLUSH_MS", "GpuUsageAcc", "PendingUsage", "PodTrack", "UsageAggregator"]
 
 FLUSH_MS = 10_000  # 10 samples a message at 1 Hz (DESIGN: an order of magnitude fewer)
 _SCHEMA: Final = "gpuwatch.pod.usage/v1"
-# Least precise wins when a GPU's method changes within one message (as in attribution).
-_RANK: dict[AttributionMethod, int] = {
-    "exclusive": 0,
-    "process": 1,
-    "memory_share": 2,
-    "unknown": 3,
-}
 
 
 class GpuUsageAcc(msgspec.Struct, gc=False):
@@ -74,12 +67,11 @@ class GpuUsageAcc(msgspec.Struct, gc=False):
         self.energy_joules += p.energy_joules * f
         self.cost_usd += p.cost_usd * f
         self.waste_usd += p.waste_usd * f
-        if _RANK[p.method] > _RANK[self.method]:
+        if PRECISION[p.method] > PRECISION[self.method]:  # the least precise wins
             self.method = p.method
 
     def usage(self) -> GpuUsage:
         """The GPU's entry in the message."""
-        known = self.share_seconds
         return GpuUsage(
             uuid=self.uuid,
             model=self.model,
@@ -90,7 +82,7 @@ class GpuUsageAcc(msgspec.Struct, gc=False):
             vram_byte_seconds=self.vram_byte_seconds,
             vram_peak_bytes=self.vram_peak_bytes,
             energy_joules=self.energy_joules,
-            share_mean=min(1.0, self.used_gpu_seconds / known) if known > 0 else None,
+            share_mean=share_mean(self.used_gpu_seconds, self.share_seconds),
             cost_usd=self.cost_usd,
             waste_usd=min(self.waste_usd, self.cost_usd),  # equal up to rounding when idle
             method=self.method,

@@ -27,7 +27,6 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schemas.codec import SchemaError
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
@@ -43,7 +42,7 @@ from streams.core.node_doc import (
     decode_meta,
     encode,
 )
-from streams.core.sanity import check_node, check_sample, check_size, unknown_devices
+from streams.core.sanity import check_node, check_sample, unknown_devices
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
@@ -115,12 +114,8 @@ class NodePartition:
 
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         """Process one input message; its event time, or None when it was rejected."""
+        raw = out.admit(source, raw)
         if raw is None:
-            out.dead(source, raw, "no value (a tombstone)", "tombstone")
-            return None
-        too_large = check_size(raw)
-        if too_large is not None:
-            out.dead(source, raw, too_large)
             return None
         if source.topic == self._samples:
             return self._sample(source, raw, out)
@@ -192,14 +187,8 @@ class NodePartition:
 
     def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         c = self.config
-        try:
-            sample = NVML_SAMPLES.decode(raw)
-        except SchemaError as exc:
-            out.rejected(source, raw, exc)
-            return None
-        errors = check_sample(sample, None if c.now_ms is None else c.now_ms())
-        if errors:
-            out.dead(source, raw, "; ".join(errors))
+        sample = out.decode(NVML_SAMPLES, source, raw, check_sample, c.now_ms)
+        if sample is None:
             return None
         self.counters.unknown_devices += len(unknown_devices(sample))
         known = self.nodes.get(sample.node)
@@ -240,15 +229,8 @@ class NodePartition:
         return sample.ts
 
     def _node_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
-        try:
-            event = K8S_NODES.decode(raw)
-        except SchemaError as exc:
-            out.rejected(source, raw, exc)
-            return None
-        c = self.config
-        errors = check_node(event, None if c.now_ms is None else c.now_ms())
-        if errors:
-            out.dead(source, raw, "; ".join(errors))
+        event = out.decode(K8S_NODES, source, raw, check_node, self.config.now_ms)
+        if event is None:
             return None
         if self.stream_time is None or event.ts > self.stream_time:
             # Ahead of the samples: applied when stream time reaches it, in event time

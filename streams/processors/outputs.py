@@ -13,11 +13,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
+
+import msgspec
 
 from schemas.codec import MalformedJSON, SchemaError, TopicSpec, UnknownSchemaVersion
 from schemas.deadletter import NOT_FROM_KAFKA, DeadLetter
 from schemas.topics import DEADLETTER
+from streams.core.sanity import check_size
 
 __all__ = [
     "MAX_LETTER_BYTES",
@@ -31,6 +34,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=msgspec.Struct)
 
 LOG_EVERY_S = 10.0  # one dead-letter warning per this many seconds: a flood must not flood logs
 # The largest dead letter sent: a bigger one would be refused by the producer (Faust's
@@ -136,6 +141,40 @@ class Outputs:
         """Publish several values on one topic."""
         for value in values:
             self.emit(spec, value)
+
+    def admit(self, source: Source, raw: bytes | None) -> bytes | None:
+        """An input's bytes if it can be decoded at all; a tombstone or one too large to
+        forward is dead-lettered (None)."""
+        if raw is None:
+            self.dead(source, raw, "no value (a tombstone)", "tombstone")
+            return None
+        too_large = check_size(raw)
+        if too_large is not None:
+            self.dead(source, raw, too_large)
+            return None
+        return raw
+
+    def decode(
+        self,
+        spec: TopicSpec[T],
+        source: Source,
+        raw: bytes,
+        check: Callable[[T, int | None], list[str]] | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> T | None:
+        """An input decoded and, with `check`, checked against the wall clock `now_ms`;
+        None once it is dead-lettered (the codec's reason, or the check's errors)."""
+        try:
+            value = spec.decode(raw)
+        except SchemaError as exc:
+            self.rejected(source, raw, exc)
+            return None
+        if check is not None:
+            errors = check(value, None if now_ms is None else now_ms())
+            if errors:
+                self.dead(source, raw, "; ".join(errors))
+                return None
+        return value
 
     def rejected(self, source: Source, raw: bytes | None, exc: SchemaError) -> None:
         """Dead-letter an input the codec refused, with the codec's reason."""

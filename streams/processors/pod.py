@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import msgspec
 
-from schemas.codec import SchemaError
 from schemas.ids import PodUid
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
@@ -46,7 +45,7 @@ from streams.core.pod_step import (
     step_usage,
     step_watermark,
 )
-from streams.core.sanity import check_pod, check_size
+from streams.core.sanity import check_pod
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
@@ -113,12 +112,8 @@ class PodPartition:
 
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         """Process one input message; its event time, or None when it was rejected."""
+        raw = out.admit(source, raw)
         if raw is None:
-            out.dead(source, raw, "no value (a tombstone)", "tombstone")
-            return None
-        too_large = check_size(raw)
-        if too_large is not None:
-            out.dead(source, raw, too_large)
             return None
         if source.topic == self._pods_topic:
             return self._pod_event(source, raw, out)
@@ -196,25 +191,16 @@ class PodPartition:
         return writes
 
     def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
-        try:
-            event = K8S_PODS.decode(raw)
-        except SchemaError as exc:
-            out.rejected(source, raw, exc)
-            return None
-        c = self.config
-        errors = check_pod(event, None if c.now_ms is None else c.now_ms())
-        if errors:
-            out.dead(source, raw, "; ".join(errors))
+        event = out.decode(K8S_PODS, source, raw, check_pod, self.config.now_ms)
+        if event is None:
             return None
         self._input(source, Held(key=event.ts, event=event), out)
         self._observe(event.ts)
         return event.ts
 
     def _usage(self, source: Source, raw: bytes, out: Outputs) -> int | None:
-        try:
-            usage = POD_USAGE.decode(raw)
-        except SchemaError as exc:
-            out.rejected(source, raw, exc)
+        usage = out.decode(POD_USAGE, source, raw)
+        if usage is None:
             return None
         c = self.config
         # Released once the watermark is past its start: no usage starting before the

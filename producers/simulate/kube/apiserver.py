@@ -114,10 +114,16 @@ class _Event:
 
 
 @dataclass(eq=False)
-class _Watch:
+class _Query:
+    """What a list or watch selects: a resource, in one namespace or all, by labels."""
+
     resource: str
     namespace: str | None
     matches: Matcher
+
+
+@dataclass(eq=False)
+class _Watch(_Query):
     bookmarks: bool
     position: int
     drop: bool = False
@@ -361,9 +367,10 @@ class FakeApiServer:
         namespace, name = route["namespace"], route["name"]
         if name is not None:
             return self._get(request, resource, namespace, name)
+        query = _Query(resource, namespace, matches)
         if params.get("watch") in ("true", "1"):
-            return self._watch(request, resource, namespace, matches, params)
-        return self._list(request, resource, namespace, matches, params)
+            return self._watch(request, query, params)
+        return self._list(request, query, params)
 
     def _take_failure(self, resource: str | None) -> int | None:
         for index, (only, status) in enumerate(self._failures):
@@ -380,29 +387,22 @@ class FakeApiServer:
             return send_status(request, 404, "NotFound", message)
         return send_json(request, 200, found)
 
-    def _selected(self, resource: str, namespace: str | None, matches: Matcher) -> list[Obj]:
+    def _selected(self, query: _Query) -> list[Obj]:
         return [
             copy.deepcopy(obj)
             for (res, ns, _), obj in sorted(self._store.items())
-            if res == resource
-            and namespace in (None, ns)
-            and matches(obj["metadata"].get("labels") or {})
+            if res == query.resource
+            and query.namespace in (None, ns)
+            and query.matches(obj["metadata"].get("labels") or {})
         ]
 
-    def _list(
-        self,
-        request: Handler,
-        resource: str,
-        namespace: str | None,
-        matches: Matcher,
-        params: Mapping[str, str],
-    ) -> None:
+    def _list(self, request: Handler, query: _Query, params: Mapping[str, str]) -> None:
         token = params.get("continue")
         with self._cond:
             if token:
                 snapshot = self._snapshots.pop(token, None)
             else:
-                snapshot = _Snapshot(self._rv, self._selected(resource, namespace, matches))
+                snapshot = _Snapshot(self._rv, self._selected(query))
             metadata: Obj = {}
             items: list[Obj] = []
             if snapshot is not None:
@@ -425,7 +425,7 @@ class FakeApiServer:
         for item in items:  # list items carry no kind/apiVersion: the list says it
             item.pop("kind", None)
             item.pop("apiVersion", None)
-        kind = RESOURCES[resource]
+        kind = RESOURCES[query.resource]
         body = {
             "kind": kind.list_kind,
             "apiVersion": kind.api_version,
@@ -434,14 +434,7 @@ class FakeApiServer:
         }
         return send_json(request, 200, body)
 
-    def _watch(
-        self,
-        request: Handler,
-        resource: str,
-        namespace: str | None,
-        matches: Matcher,
-        params: Mapping[str, str],
-    ) -> None:
+    def _watch(self, request: Handler, query: _Query, params: Mapping[str, str]) -> None:
         asked = params.get("resourceVersion") or "0"
         timeout_s = float(params.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT_S)
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
@@ -452,11 +445,11 @@ class FakeApiServer:
             initial: list[Obj] = []
             expired = None
             if position == 0:  # "any": the current state as ADDED events, then changes
-                initial = self._selected(resource, namespace, matches)
+                initial = self._selected(query)
                 position = self._rv
             elif position < self._floor:
                 expired = f"too old resource version: {position} ({self._floor})"
-            watch = _Watch(resource, namespace, matches, bookmarks, position)
+            watch = _Watch(query.resource, query.namespace, query.matches, bookmarks, position)
             if expired is None:
                 self._watches.add(watch)
         if expired is not None:

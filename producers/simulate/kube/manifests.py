@@ -202,15 +202,7 @@ def crash_looping(pod: Obj, at: float, *, exit_code: int = 137, reason: str = "O
         out, "ContainersReady", "False", at, reason="ContainersNotReady", message=unready
     )
     for status in out["status"]["containerStatuses"]:
-        started = (status["state"].get("running") or {}).get("startedAt", rfc3339(at))
-        status["lastState"] = {
-            "terminated": {
-                "exitCode": exit_code,
-                "finishedAt": rfc3339(at),
-                "reason": reason,
-                "startedAt": started,
-            }
-        }
+        status["lastState"] = _termination(status, at, reason, exit_code)
         status["restartCount"] = status.get("restartCount", 0) + 1
         status["ready"] = False
         status["started"] = False
@@ -229,18 +221,23 @@ def _terminated(pod: Obj, at: float, phase: str, reason: str, exit_code: int) ->
     _set_condition(out, "Ready", "False", at, reason=ready_reason)
     _set_condition(out, "ContainersReady", "False", at, reason=ready_reason)
     for status in out["status"]["containerStatuses"]:
-        started = (status["state"].get("running") or {}).get("startedAt", rfc3339(at))
-        status["state"] = {
-            "terminated": {
-                "exitCode": exit_code,
-                "finishedAt": rfc3339(at),
-                "reason": reason,
-                "startedAt": started,
-            }
-        }
+        status["state"] = _termination(status, at, reason, exit_code)
         status["ready"] = False
         status["started"] = False
     return out
+
+
+def _termination(status: Obj, at: float, reason: str, exit_code: int) -> Obj:
+    """The `terminated` state of a container that ran from its running state's start to `at`."""
+    started = (status["state"].get("running") or {}).get("startedAt", rfc3339(at))
+    return {
+        "terminated": {
+            "exitCode": exit_code,
+            "finishedAt": rfc3339(at),
+            "reason": reason,
+            "startedAt": started,
+        }
+    }
 
 
 def succeeded(pod: Obj, at: float) -> Obj:

@@ -8,8 +8,8 @@ import pynvml
 import pytest
 from fixtures.nvml.recorded_nvml import RecordedNvml
 
-from producers.nvml.api import NvmlApi
 from producers.nvml import api
+from producers.nvml.api import NvmlApi
 
 API_FUNCTIONS = sorted(name for name in vars(NvmlApi) if name.startswith("nvml"))
 

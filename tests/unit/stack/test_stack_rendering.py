@@ -159,7 +159,7 @@ def test_the_format_command_keeps_a_dash_led_cluster_id_in_one_token(
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(kafka.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     settings = Settings().model_copy(
         update={"stack": Settings().stack.model_copy(update={"state_dir": tmp_path})}
     )

@@ -8,10 +8,10 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from readings import GIB, H100, IDLE_PCT, A, B, C, D, gpu, proc
 
-from schemas.fields import Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
-from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
+from schemas.nvml_sample import Allocation, GpuReading, NvmlSample
 from schemas.prices import BUILTIN_PRICES, PriceOverride, PriceTable
 from streams.core.integrals import (
     GpuIntegrals,
@@ -23,43 +23,7 @@ from streams.core.integrals import (
 )
 from streams.core.split import split_gpu
 
-GIB = 1 << 30
-IDLE_PCT = 5.0
-A, B, C, D = (PodUid(f"pod-{name}") for name in "abcd")
-H100 = "NVIDIA H100 80GB HBM3"  # $4.00 per hour in the built-in table
 H200 = "NVIDIA H200"  # $5.00 per hour
-
-
-def proc(pod: PodUid | None, sm: float | None = None, mem: int | None = None) -> GpuProcess:
-    return GpuProcess(pid=100, mem_bytes=mem, sm_pct=sm, pod_uid=pod, container=None)
-
-
-def gpu(
-    *procs: GpuProcess,
-    sharing: Sharing = "time-slicing",
-    util: float | None = None,
-    uuid: str = "GPU-x",
-    **changes: Any,
-) -> GpuReading:
-    fields: dict[str, Any] = {
-        "uuid": GpuUuid(uuid),
-        "index": 0,
-        "model": H100,
-        "parent_uuid": None,
-        "mig_profile": None,
-        "sharing": sharing,
-        "util_pct": util,
-        "mem_util_pct": None,
-        "mem_used_bytes": 0,
-        "mem_total_bytes": 80 * GIB,
-        "power_w": None,
-        "temp_c": None,
-        "xid_errors": (),
-        "ecc_dbe": None,
-        "processes": procs,
-    }
-    fields.update(changes)
-    return GpuReading(**fields)
 
 
 def sample(gpus: list[GpuReading], held: dict[str, list[PodUid]], seconds: float) -> NvmlSample:

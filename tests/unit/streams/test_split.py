@@ -2,55 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from readings import GIB, IDLE_PCT, A, B, C, D, gpu, proc
 
 from schemas.codec import Codec
 from schemas.examples import GPU_0, POD_UID, example
-from schemas.fields import Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
-from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
+from schemas.nvml_sample import Allocation, GpuReading, NvmlSample
 from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
-
-GIB = 1 << 30
-IDLE_PCT = 5.0  # the default idle threshold
-A, B, C, D = (PodUid(f"pod-{name}") for name in "abcd")
-
-
-def proc(pod: PodUid | None, sm: float | None = None, mem: int | None = None) -> GpuProcess:
-    return GpuProcess(pid=100, mem_bytes=mem, sm_pct=sm, pod_uid=pod, container=None)
-
-
-def gpu(
-    *procs: GpuProcess,
-    sharing: Sharing = "time-slicing",
-    util: float | None = None,
-    uuid: str = "GPU-x",
-    **changes: Any,
-) -> GpuReading:
-    fields: dict[str, Any] = {
-        "uuid": GpuUuid(uuid),
-        "index": 0,
-        "model": "NVIDIA H100 80GB HBM3",
-        "parent_uuid": None,
-        "mig_profile": None,
-        "sharing": sharing,
-        "util_pct": util,
-        "mem_util_pct": None,
-        "mem_used_bytes": 0,
-        "mem_total_bytes": 80 * GIB,
-        "power_w": None,
-        "temp_c": None,
-        "xid_errors": (),
-        "ecc_dbe": None,
-        "processes": procs,
-    }
-    fields.update(changes)
-    return GpuReading(**fields)
 
 
 def by_uid(split: GpuSplit) -> dict[PodUid, tuple[float, float | None, str, bool | None]]:

@@ -55,6 +55,21 @@ class Table:
             self.data[(partition, key)] = value
 
 
+class Seeks:
+    """A loop's `seek`: records what it was asked to read again."""
+
+    def __init__(self) -> None:
+        self.sought: list[tuple[str, int, int]] = []
+
+    async def __call__(self, topic: str, partition: int, offset: int) -> None:
+        self.sought.append((topic, partition, offset))
+
+    @property
+    def offsets(self) -> list[int]:
+        """The offsets sought, in order."""
+        return [offset for _, _, offset in self.sought]
+
+
 def loop(
     log: list[str],
     counters: Counters,
@@ -171,47 +186,34 @@ def test_a_bad_tick_is_a_dead_letter_and_a_revoked_partition_reloads_from_the_ta
 
 def test_events_after_a_gap_wait_while_the_partition_is_read_again() -> None:
     log: list[str] = []
-    sought: list[tuple[str, int, int]] = []
-    clock = [0.0]
-
-    async def seek(topic: str, partition: int, offset: int) -> None:
-        sought.append((topic, partition, offset))
-
-    agent, _, made = loop(log, Counters(), seek=seek, now=lambda: clock[0])
+    seeks = Seeks()
+    agent, _, made = loop(log, Counters(), seek=seeks)
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
     # Offset 1 was dropped by Faust: 2 waits, the partition is read again from 1.
     asyncio.run(agent.process([Message(IN, 0, 2, None, b"c")]))
-    assert sought == [(IN, 0, 1)]
+    assert seeks.sought == [(IN, 0, 1)]
     asyncio.run(agent.process([Message(IN, 0, 2, None, b"c")]))  # fetched before the seek
-    assert sought == [(IN, 0, 1)]  # not again so soon
+    assert seeks.sought == [(IN, 0, 1)]  # not again so soon
     asyncio.run(agent.process([Message(IN, 0, 1, None, b"b"), Message(IN, 0, 2, None, b"c")]))
     assert made[0].handled == [b"a", b"b", b"c"]
 
 
 def test_a_gap_is_taken_as_real_after_the_seeks_find_nothing() -> None:
-    sought: list[int] = []
+    seeks = Seeks()
     clock = [0.0]
-
-    async def seek(topic: str, partition: int, offset: int) -> None:
-        sought.append(offset)
-
-    agent, _, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
+    agent, _, made = loop([], Counters(), seek=seeks, now=lambda: clock[0])
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
     for _ in range(MAX_REWINDS + 1):
         asyncio.run(agent.process([Message(IN, 0, 5, None, b"f")]))
         clock[0] += REWIND_AGAIN_S
-    assert sought == [1] * MAX_REWINDS
+    assert seeks.offsets == [1] * MAX_REWINDS
     assert made[0].handled == [b"a", b"f"]
 
 
 def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position() -> None:
-    sought: list[int] = []
+    seeks = Seeks()
     clock = [0.0]
-
-    async def seek(topic: str, partition: int, offset: int) -> None:
-        sought.append(offset)
-
-    agent, table, made = loop([], Counters(), seek=seek, now=lambda: clock[0])
+    agent, table, made = loop([], Counters(), seek=seeks, now=lambda: clock[0])
     table.data[(0, POSITIONS)] = b'{"t.in": 4}'  # a restart: the state ends at offset 3
     tick = Tick(
         sender="w", claims={0: 1}, ends={IN: 9}
@@ -219,30 +221,31 @@ def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position
     asyncio.run(agent.process([Message(TICKS, 0, 0, None, encode_tick(tick))]))
     clock[0] += STALL_S
     asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))
-    assert sought == [4]
+    assert seeks.offsets == [4]
     assert made[0].ticks == []
 
 
 def test_a_first_event_past_the_log_start_waits_until_the_start_is_learnt() -> None:
     # A partition just assigned, never committed, with no stored state: Faust dropped its
     # offset 0 while assigning it, and the offset probe has not run yet.
-    sought: list[int] = []
+    seeks = Seeks()
     starts: dict[tuple[str, int], int] = {}
     asked: list[list[tuple[str, int]]] = []
-
-    async def seek(topic: str, partition: int, offset: int) -> None:
-        sought.append(offset)
 
     async def load_starts(tps: list[tuple[str, int]]) -> None:
         asked.append(tps)
         starts.update(dict.fromkeys(tps, 0))
 
     agent, _, made = loop(
-        [], Counters(), seek=seek, start_of=lambda t, p: starts.get((t, p)), load_starts=load_starts
+        [],
+        Counters(),
+        seek=seeks,
+        start_of=lambda t, p: starts.get((t, p)),
+        load_starts=load_starts,
     )
     asyncio.run(agent.process([Message(IN, 0, 1, None, b"b")]))
     assert asked == [[(IN, 0)]]
-    assert sought == [0]  # read again from the log start
+    assert seeks.offsets == [0]  # read again from the log start
     assert made[0].handled == []
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a"), Message(IN, 0, 1, None, b"b")]))
     assert made[0].handled == [b"a", b"b"]
@@ -250,13 +253,9 @@ def test_a_first_event_past_the_log_start_waits_until_the_start_is_learnt() -> N
 
 
 def test_events_of_a_partition_nothing_places_wait_while_the_broker_does_not_answer() -> None:
-    sought: list[int] = []
+    seeks = Seeks()
     clock = [0.0]
     answers = [False, True]
-
-    async def seek(topic: str, partition: int, offset: int) -> None:
-        sought.append(offset)
-
     starts: dict[tuple[str, int], int] = {}
 
     async def load_starts(tps: list[tuple[str, int]]) -> None:
@@ -267,16 +266,16 @@ def test_events_of_a_partition_nothing_places_wait_while_the_broker_does_not_ans
     agent, _, made = loop(
         [],
         Counters(),
-        seek=seek,
+        seek=seeks,
         now=lambda: clock[0],
         start_of=lambda t, p: starts.get((t, p)),
         load_starts=load_starts,
     )
     asyncio.run(agent.process([Message(IN, 0, 4, None, b"e"), Message(IN, 0, 5, None, b"f")]))
     assert made[0].handled == []
-    assert sought == [4]
+    assert seeks.offsets == [4]
     clock[0] += REWIND_AGAIN_S
     asyncio.run(agent.process([Message(IN, 0, 4, None, b"e"), Message(IN, 0, 5, None, b"f")]))
-    assert sought == [4, 3]  # the start is known now: 3 was dropped too
+    assert seeks.offsets == [4, 3]  # the start is known now: 3 was dropped too
     asyncio.run(agent.process([Message(IN, 0, n, None, bytes([97 + n])) for n in (3, 4, 5)]))
     assert made[0].handled == [b"d", b"e", b"f"]
