@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from support import threads_left
 
 from gpuwatch.config import load_settings
 from schemas.settings import Settings
@@ -44,7 +44,5 @@ def no_thread_left() -> Iterator[None]:
     thread, an API server); folders whose tests start threads use it for every test."""
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    left = threads_left(before, timeout_s=10)
     assert not left, f"threads left running: {sorted(t.name for t in left)}"

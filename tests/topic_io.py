@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
-from gpuwatch.kafka import create_topics, delete_topics
+from gpuwatch import kafka
+from gpuwatch.kafka import TopicPartition, create_topics, delete_topics
 from schemas.settings import Settings
 
 READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in seconds
@@ -16,7 +16,7 @@ READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in s
 
 def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
     """Every record of `topic` now, in partition then offset order."""
-    consumer = KafkaConsumer(enable_auto_commit=False, **settings.kafka.client_options())
+    consumer = kafka.consumer(settings.kafka, enable_auto_commit=False)
     try:
         deadline = time.monotonic() + READ_DEADLINE_S
         while (ids := consumer.partitions_for_topic(topic)) is None:
@@ -38,9 +38,22 @@ def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
 
 def scoped_topics(settings: Settings, prefix: str, partitions: int = 3) -> Iterator[Settings]:
     """Settings with `prefix` and `partitions`, every topic created; deleted afterwards."""
-    kafka = settings.kafka.model_copy(update={"topic_prefix": prefix, "partitions": partitions})
-    scoped = settings.model_copy(update={"kafka": kafka})
+    scoped_kafka = settings.kafka.model_copy(
+        update={"topic_prefix": prefix, "partitions": partitions}
+    )
+    scoped = settings.model_copy(update={"kafka": scoped_kafka})
     rows = create_topics(scoped)
     assert all(row.ok for row in rows), rows
     yield scoped
     delete_topics(scoped)
+
+
+def delete_prefixed(settings: Settings, prefixes: Iterable[str]) -> None:
+    """Delete every topic whose name starts with one of `prefixes` (internal ones too)."""
+    admin = kafka.admin(settings.kafka)
+    try:
+        names = [name for name in admin.list_topics() if name.startswith(tuple(prefixes))]
+        if names:
+            admin.delete_topics(names)
+    finally:
+        admin.close()

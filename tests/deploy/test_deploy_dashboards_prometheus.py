@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +25,7 @@ import yaml
 from deploy_exposition import POD, agent_registry, watcher_registry, worker_metrics
 from deploy_promql import substitute
 from prometheus_client import CollectorRegistry
+from support import free_port, wait_until
 
 from sinks.prometheus.metrics import serve
 
@@ -41,13 +40,6 @@ VARIABLES = {"namespace": POD["namespace"], "pod": POD["pod"], "team": POD["labe
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def get(url: str) -> Any:
     try:
         with _OPENER.open(url, timeout=10) as response:
@@ -57,16 +49,8 @@ def get(url: str) -> Any:
 
 
 def poll(what: str, probe: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        try:
-            found = probe()
-        except OSError:
-            found = None
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {DEADLINE_S:.0f} s")
+    """probe() until it returns something truthy (a refused connection is not yet)."""
+    return wait_until(probe, timeout_s=DEADLINE_S, what=what, interval_s=0.2, not_yet=(OSError,))
 
 
 @pytest.fixture(scope="module")

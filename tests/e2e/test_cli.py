@@ -112,12 +112,6 @@ def test_topics_create_is_idempotent_from_the_command_line(
 
 
 def _delete_topics(settings: Settings, prefix: str) -> None:
-    from kafka import KafkaAdminClient
+    from topic_io import delete_prefixed
 
-    admin = KafkaAdminClient(**settings.kafka.client_options())
-    try:
-        names = [name for name in admin.list_topics() if name.startswith(prefix)]
-        if names:
-            admin.delete_topics(names)
-    finally:
-        admin.close()
+    delete_prefixed(settings, [prefix])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -19,21 +18,15 @@ from pathlib import Path
 
 import pytest
 import redis
-from kafka import KafkaAdminClient
+from support import free_port
 
+from gpuwatch import kafka
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 DB = 8  # the demo's Redis database in this test
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -54,7 +47,7 @@ def demo_scope(stack: Settings) -> Iterator[dict[str, str]]:
     yield env
     client.flushdb()
     client.close()
-    admin = KafkaAdminClient(**stack.kafka.client_options())
+    admin = kafka.admin(stack.kafka)
     try:
         names = [n for n in admin.list_topics() if n.startswith(env["GPUWATCH_TOPIC_PREFIX"])]
         if names:

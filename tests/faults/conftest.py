@@ -18,7 +18,8 @@ for folder in (HERE.parent / "integration" / "worker", HERE.parent / "integratio
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from fault_services import Persistence, PrivateRedis, StartRedis, free_port  # noqa: E402
+from fault_services import Persistence, PrivateRedis, StartRedis  # noqa: E402
+from support import free_port  # noqa: E402
 from worker_fixtures import (  # noqa: E402 - needs the path above
     NewScope,
     StartWorker,

@@ -1,8 +1,7 @@
-"""Services of the fault tests' own: a free port, a redis-server of one test."""
+"""Services of the fault tests' own: a redis-server of one test."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +19,6 @@ PERSISTENCE: dict[Persistence, list[str]] = {
     "snapshot": ["--save", "300 100", "--appendonly", "no"],
     "aof": ["--save", "", "--appendonly", "yes", "--appendfsync", "always"],
 }
-
-
-def free_port() -> int:
-    """A port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateRedis:

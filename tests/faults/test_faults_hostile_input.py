@@ -35,7 +35,7 @@ from fault_checks import (
     redis_mismatches,
     subject_of,
 )
-from fault_services import StartRedis, free_port
+from fault_services import StartRedis
 from hostile_messages import (
     NODES,
     PODS,
@@ -52,9 +52,9 @@ from hostile_messages import (
     pod_value,
     sample_value,
 )
-from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
 from prometheus_client.parser import text_string_to_metric_families
+from support import free_port, holds_within
 from topic_io import consume_all
 from worker_fixtures import (
     PARTITIONS,
@@ -67,6 +67,7 @@ from worker_fixtures import (
     scenario,
 )
 
+from gpuwatch import kafka
 from schemas import ATTRIBUTION, DEADLETTER, POD_LIFECYCLE
 from schemas.examples import example
 from schemas.settings import Settings
@@ -159,9 +160,7 @@ def build(settings: Settings, case: Scenario) -> tuple[list[Out], list[HostilePo
 
 def produce_all(settings: Settings, plan: list[Out]) -> list[tuple[Out, int, int]]:
     """Send in order; each message with its partition and offset."""
-    producer = KafkaProducer(
-        acks="all", linger_ms=20, batch_size=1 << 20, **settings.kafka.client_options()
-    )
+    producer = kafka.producer(settings.kafka, acks="all", linger_ms=20, batch_size=1 << 20)
     try:
         futures = [
             producer.send(o.topic, key=o.key, value=o.value, partition=o.partition) for o in plan
@@ -186,16 +185,6 @@ def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     ]
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float) -> bool:
-    """Poll `check` until truthy; False at the deadline (the caller says what is wrong)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
 
 
 def dead_total(port: int) -> float:
@@ -353,19 +342,21 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
     worker = start_worker(hostile, "hostile", env=env)
 
     # The valid traffic alone: every window and alert of the scenario (as the recovery test).
-    assert wait_until(
+    assert holds_within(
         lambda: (
             (ids := identities(reference))
             and len(ids["attribution"]) >= 3
             and len(ids["gpu.windows"]) >= 2
             and len({k[0] for k in ids["alerts"]}) >= 3
         ),
-        DONE_WITHIN_S,
+        timeout_s=DONE_WITHIN_S,
+        interval_s=0.5,
     ), alone.stop()
     want = identities(reference)
-    all_in = wait_until(
+    all_in = holds_within(
         lambda: dead_total(port) >= TOTAL and not differences(identities(hostile), want),
-        DONE_WITHIN_S,
+        timeout_s=DONE_WITHIN_S,
+        interval_s=0.5,
     )
     figures["all_processed_s"] = round(time.monotonic() - began, 1)
     assert worker.process.poll() is None, worker.stop()
@@ -380,7 +371,9 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
     client = redis.Redis(port=store.port, decode_responses=False)
     try:
         began = time.monotonic()
-        converged = wait_until(lambda: not redis_mismatches(client, hostile), DONE_WITHIN_S)
+        converged = holds_within(
+            lambda: not redis_mismatches(client, hostile), timeout_s=DONE_WITHIN_S, interval_s=0.5
+        )
         figures["redis_converged_s"] = round(time.monotonic() - began, 1)
         assert converged, redis_mismatches(client, hostile)[:10]
         check_redis(client, hostile, pods, nodes)

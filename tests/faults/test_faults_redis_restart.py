@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import redis
 from fault_checks import KEYS_OF, redis_mismatches
-from fault_services import Persistence, StartRedis, free_port
+from fault_services import Persistence, StartRedis
+from support import free_port
 from worker_fixtures import (
     QUEUED_UID,
     TICKS,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 from kafka.consumer.fetcher import ConsumerRecord
+from support import free_port
 from topic_io import consume_all, scoped_topics
 
 from schemas import NVML_SAMPLES
@@ -22,12 +22,6 @@ Consume = Callable[[Settings, str], list[ConsumerRecord]]
 @pytest.fixture(autouse=True)
 def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (tests/conftest.py)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from support import free_ports, threads_left, wait_until
 from topic_io import consume_all
 
 from gpuwatch.config import load_settings
@@ -50,14 +50,7 @@ GPUS = 2
 
 
 def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        ports = [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    ports = free_ports(count)
     assert not MAIN_PORTS & set(ports)
     return ports
 
@@ -92,9 +85,7 @@ def collect_sockets_left_by_kafka(caplog: pytest.LogCaptureFixture) -> Iterator[
     yield
     # Kafka's threads first: they may still be making sockets (conftest fails a test whose
     # threads outlive it; here it is only waited for).
-    deadline = time.monotonic() + 10
-    while set(threading.enumerate()) - before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    threads_left(before, timeout_s=10)
     # The records of kafka's "Connection failed: %s" hold the error, whose traceback holds
     # the socket; the report has its text already, so the records can go now.
     for when in ("setup", "call"):
@@ -107,9 +98,7 @@ def collect_sockets_left_by_kafka(caplog: pytest.LogCaptureFixture) -> Iterator[
 def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> float:
     """Poll `check` until it holds; the seconds it took. Fails naming `what` at the deadline."""
     started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < timeout_s, f"timed out after {timeout_s} s: {what}"
-        time.sleep(0.02)
+    wait_until(check, timeout_s=timeout_s, what=what, interval_s=0.02)
     return time.monotonic() - started
 
 

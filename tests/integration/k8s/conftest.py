@@ -4,8 +4,6 @@ topics of the test's own, a consumer, the JSON Schemas."""
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 from kafka.consumer.fetcher import ConsumerRecord
+from support import free_port, waiter
 from topic_io import consume_all, scoped_topics
 
 from producers.simulate.kube.apiserver import FakeApiServer
@@ -26,27 +25,15 @@ def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (tests/conftest.py)."""
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def wait() -> Callable[..., None]:
-    return wait_until
+    """`wait(predicate, what, timeout_s=30.0)`: poll until it holds, or fail naming `what`."""
+    return waiter(default_timeout_s=30.0, interval_s=0.02)
 
 
-@pytest.fixture
-def free_port() -> Callable[[], int]:
-    def pick() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
-
-    return pick
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> Callable[[], int]:
+    return free_port
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from topic_io import delete_prefixed
 
+from gpuwatch import kafka
 from gpuwatch.kafka import create_topics, describe_topics
 from schemas import ALL_TOPICS, NVML_SAMPLES, POD_KEYED, NvmlSample
 from schemas.examples import example
@@ -22,15 +23,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
     """Settings with a topic prefix and partition count of this test alone."""
-    kafka = stack.kafka.model_copy(update={"topic_prefix": topic_prefix, "partitions": 3})
-    yield stack.model_copy(update={"kafka": kafka})
-    admin = KafkaAdminClient(**stack.kafka.client_options())
-    try:
-        names = [name for name in admin.list_topics() if name.startswith(topic_prefix)]
-        if names:
-            admin.delete_topics(names)
-    finally:
-        admin.close()
+    scoped_kafka = stack.kafka.model_copy(update={"topic_prefix": topic_prefix, "partitions": 3})
+    yield stack.model_copy(update={"kafka": scoped_kafka})
+    delete_prefixed(stack, [topic_prefix])
 
 
 def test_create_topics_is_idempotent_with_configs(scoped: Settings) -> None:
@@ -42,7 +37,7 @@ def test_create_topics_is_idempotent_with_configs(scoped: Settings) -> None:
     assert {row.outcome for row in second} == {"exists"}
     assert {row.partitions for row in describe_topics(scoped)} == {3}
 
-    admin = KafkaAdminClient(**scoped.kafka.client_options())
+    admin = kafka.admin(scoped.kafka)
     try:
         resources = [
             ConfigResource(ConfigResourceType.TOPIC, spec.full_name(prefix)) for spec in ALL_TOPICS
@@ -62,7 +57,7 @@ def test_create_topics_is_idempotent_with_configs(scoped: Settings) -> None:
 def test_a_pod_keyed_topic_with_another_partition_count_is_reported(scoped: Settings) -> None:
     prefix = scoped.kafka.topic_prefix
     odd = POD_KEYED[-1].full_name(prefix)
-    admin = KafkaAdminClient(**scoped.kafka.client_options())
+    admin = kafka.admin(scoped.kafka)
     try:
         admin.create_topics([NewTopic(odd, num_partitions=5, replication_factor=1)])
     finally:
@@ -81,19 +76,19 @@ def test_a_sample_goes_through_the_broker_to_both_clients(scoped: Settings) -> N
     sample = NVML_SAMPLES.decode(json.dumps(example(NVML_SAMPLES.schema_name)))
     assert isinstance(sample, NvmlSample)
 
-    producer = KafkaProducer(acks="all", **scoped.kafka.client_options())
+    producer = kafka.producer(scoped.kafka, acks="all")
     try:
         future = producer.send(topic, key=sample.node.encode(), value=NVML_SAMPLES.encode(sample))
         metadata = future.get(timeout=30)
     finally:
         producer.close()
 
-    consumer = KafkaConsumer(
+    consumer = kafka.consumer(
+        scoped.kafka,
         topic,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         consumer_timeout_ms=20_000,
-        **scoped.kafka.client_options(),
     )
     try:
         received = next(iter(consumer))

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
-from kafka import KafkaAdminClient
 
 # The worker tests' helpers (a simulated node's 90 s, producing, scoped topics) serve here too.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
+from support import free_port, wait_until
+from topic_io import delete_prefixed
 from worker_fixtures import NewScope, topic_scopes
 
 from gpuwatch.cli import main
@@ -29,14 +27,8 @@ RunCli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    """Fail a test that leaves a thread running (a Kafka client's I/O thread)."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, f"threads left running: {sorted(t.name for t in left)}"
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (a Kafka client's I/O thread; tests/conftest.py)."""
 
 
 @pytest.fixture
@@ -64,34 +56,25 @@ def prefix_cleanup(stack: Settings) -> Iterator[list[str]]:
     """Prefixes whose topics (internal ones too) are deleted after the test."""
     prefixes: list[str] = []
     yield prefixes
-    admin = KafkaAdminClient(**stack.kafka.client_options())
-    try:
-        names = [n for n in admin.list_topics() if n.startswith(tuple(prefixes))]
-        if names:
-            admin.delete_topics(names)
-    finally:
-        admin.close()
+    delete_prefixed(stack, prefixes)
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[int]:
     """A Redis server of this test alone, so no database of the shared one is written."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    port = free_port()
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     argv += ["--appendonly", "no", "--dir", str(tmp_path)]
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     client = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
     try:
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "the private redis-server did not answer"
-                time.sleep(0.1)
+        wait_until(
+            client.ping,
+            timeout_s=20,
+            what="the private redis-server to answer",
+            interval_s=0.1,
+            not_yet=(redis.ConnectionError,),
+        )
         yield port
     finally:
         client.close()

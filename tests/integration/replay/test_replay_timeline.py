@@ -12,9 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import RunCli
-from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from worker_fixtures import aligned_t0, produce, topic_scopes
 
+from gpuwatch import kafka
+from gpuwatch.kafka import TopicPartition
 from schemas import (
     ALERTS,
     ATTRIBUTION,
@@ -245,7 +246,7 @@ def test_a_range_older_than_retention_says_the_earliest_time_left(
     old = lifecycle(POD_UID, t0, None, "running", None)
     new = lifecycle(POD_UID, t0 + 5 * MIN, "running", "stalled", "Idle")
     produce(scoped, [(topic, b"k", POD_LIFECYCLE.encode(v), 0) for v in (old, new)])
-    admin = KafkaAdminClient(**scoped.kafka.client_options())
+    admin = kafka.admin(scoped.kafka)
     try:
         admin.delete_records({TopicPartition(topic, 0): 1})  # what retention would do
     finally:
@@ -263,7 +264,7 @@ def test_records_written_before_their_event_time_are_found(new_scope: Any, run_c
     scoped, t0 = new_scope(), aligned_t0()
     topic = POD_LIFECYCLE.full_name(scoped.kafka.topic_prefix)
     written = int(time.time() * 1000) - 120 * MIN  # two hours before their event times
-    producer = KafkaProducer(acks="all", **scoped.kafka.client_options())
+    producer = kafka.producer(scoped.kafka, acks="all")
     try:
         for i, (old, new) in enumerate([(None, "queued"), ("queued", "running")]):
             value = POD_LIFECYCLE.encode(lifecycle(POD_UID, t0 + i * MIN, old, new, None))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from gpuwatch.stack.prometheus import moved
 from schemas.settings import Settings
@@ -34,15 +34,12 @@ def test_prometheus_scrapes_itself_and_has_our_jobs(stack: Settings) -> None:
     assert {"gpuwatch-worker", "gpuwatch-node-agent", "prometheus"} <= jobs
 
     # The first scrape of itself lands within a scrape interval of start.
-    deadline = time.monotonic() + 30
-    result: list[Any] = []
-    while time.monotonic() < deadline:
-        query = _get(f"{base}/api/v1/query?query=up%7Bjob%3D%22prometheus%22%7D")
-        result = query["data"]["result"]
-        if result:
-            break
-        time.sleep(0.5)
-    assert result, "Prometheus has not scraped itself within 30 s"
+    result: list[Any] = wait_until(
+        lambda: _get(f"{base}/api/v1/query?query=up%7Bjob%3D%22prometheus%22%7D")["data"]["result"],
+        timeout_s=30,
+        what="Prometheus to scrape itself",
+        interval_s=0.5,
+    )
     assert result[0]["value"][1] == "1"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -13,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
+from support import wait_until
 
 from schemas.attribution import Attribution
 from schemas.examples import example
@@ -55,13 +55,7 @@ def _query(base: str, promql: str) -> list[dict[str, Any]]:
 
 def _poll(what: str, probe: Callable[[], Any]) -> Any:
     """probe() until it returns something truthy, or fail after DEADLINE_S saying what."""
-    deadline, last = time.monotonic() + DEADLINE_S, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    pytest.fail(f"{what}: not seen within {DEADLINE_S:.0f} s (last answer: {last!r})")
+    return wait_until(probe, timeout_s=DEADLINE_S, what=what, interval_s=0.5)
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ import time
 import urllib.request
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from support import free_ports, holds_within
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import manager, processes
@@ -29,14 +30,7 @@ MAIN_PORTS = {9092, 9093, 6379, 9090}
 
 
 def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        ports = [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    ports = free_ports(count)
     assert not MAIN_PORTS & set(ports)
     return ports
 
@@ -77,15 +71,6 @@ def _get_json(url: str) -> Any:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=5) as response:
         return json.loads(response.read())
-
-
-def _poll(check: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.2)
 
 
 def _kafka_round_trip(port: int) -> bytes | None:
@@ -168,7 +153,7 @@ def test_up_status_down_lifecycle(isolated: Settings, messages: list[str]) -> No
 
     # Every job of deploy/prometheus/prometheus.yml has an `up` series once scraped once.
     jobs = {"gpuwatch-worker", "gpuwatch-node-agent", "gpuwatch-k8s-watcher", "prometheus"}
-    assert _poll(lambda: jobs_up() == jobs, 20), jobs_up()
+    assert holds_within(lambda: jobs_up() == jobs, timeout_s=20, interval_s=0.2), jobs_up()
 
     # up again: the same processes, nothing restarted.
     messages.clear()
@@ -226,7 +211,7 @@ def test_foreign_redis_is_external_and_left_running(tmp_path: Path) -> None:
     try:
         client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
         try:
-            assert _poll(lambda: _pings(client), 10)
+            assert holds_within(lambda: _pings(client), timeout_s=10, interval_s=0.2)
         finally:
             client.close()
         seen = _by_name(manager.status(settings))

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from histories import History, long_history
-from kafka import KafkaProducer
 from topic_io import consume_all
 from worker_fixtures import Message, Worker, wait_for
 
+from gpuwatch import kafka
 from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE
 from schemas.settings import Settings
 
@@ -66,7 +66,7 @@ def produce_paced(
     times = [m.ts for m in history.inputs()]
 
     def run() -> None:
-        producer = KafkaProducer(acks="all", linger_ms=0, **settings.kafka.client_options())
+        producer = kafka.producer(settings.kafka, acks="all", linger_ms=0)
         try:
             steps = max(1, history.duration_ms // step_ms)
             pause = seconds / steps

@@ -7,7 +7,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from kafka import KafkaProducer
 from worker_fixtures import (
     S,
     StartWorker,
@@ -19,6 +18,7 @@ from worker_fixtures import (
     wait_for,
 )
 
+from gpuwatch import kafka
 from schemas import DEADLETTER, GPU_WINDOWS, K8S_NODES, K8S_PODS, NVML_SAMPLES
 from schemas.settings import Settings
 
@@ -55,7 +55,7 @@ def test_bad_messages_go_to_the_deadletter_topic_and_the_worker_goes_on(
 ) -> None:
     case = scenario(scoped, aligned_t0())
     bad = bad_inputs(scoped, case.t0, case.samples[0])
-    producer = KafkaProducer(acks="all", **scoped.kafka.client_options())
+    producer = kafka.producer(scoped.kafka, acks="all")
     try:
         sent = [
             producer.send(topic, key=b"gwtest-node-a", value=value).get(timeout=30)

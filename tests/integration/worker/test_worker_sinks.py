@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from support import free_port
 from worker_fixtures import (
     FINISH_S,
     QUEUED_UID,
@@ -27,13 +27,6 @@ from schemas import ALERTS, ATTRIBUTION, POD_LIFECYCLE
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture

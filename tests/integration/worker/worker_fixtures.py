@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import CoordinatorNotAvailableError
+from support import WaitTimeoutError, wait_until
 from topic_io import consume_all
 
+from gpuwatch import kafka
 from gpuwatch.kafka import create_topics
 from producers.agent.loop import NodeAgent
 from producers.simulate.gpus import SimReader, WorkloadKind
@@ -194,7 +195,7 @@ def pod_event(
 
 def produce(settings: Settings, messages: list[Message]) -> None:
     """Send messages in order, acknowledged by all replicas."""
-    producer = KafkaProducer(acks="all", **settings.kafka.client_options())
+    producer = kafka.producer(settings.kafka, acks="all")
     try:
         for topic, key, value, partition in messages:
             producer.send(topic, key=key, value=value, partition=partition)
@@ -214,7 +215,7 @@ def group_members(settings: Settings) -> int:
 
     A broker just started has no group coordinator for a moment: that is 0 members too.
     """
-    admin = KafkaAdminClient(**settings.kafka.client_options())
+    admin = kafka.admin(settings.kafka)
     try:
         group = admin.describe_groups([settings.kafka.app_id])[settings.kafka.app_id]
     except CoordinatorNotAvailableError:
@@ -267,21 +268,21 @@ def topic_scopes(stack: Settings, partitions: int = PARTITIONS) -> Iterator[NewS
     def scope() -> Settings:
         tag = uuid.uuid4().hex[:10]
         prefixes.append(f"gwtest-{tag}.")
-        kafka = stack.kafka.model_copy(
+        scoped_kafka = stack.kafka.model_copy(
             update={
                 "topic_prefix": prefixes[-1],
                 "partitions": partitions,
                 "app_id": f"gwtest-app-{tag}",
             }
         )
-        scoped = stack.model_copy(update={"kafka": kafka})
-        groups.append(kafka.app_id)
+        scoped = stack.model_copy(update={"kafka": scoped_kafka})
+        groups.append(scoped_kafka.app_id)
         rows = create_topics(scoped)
         assert all(row.ok for row in rows), rows
         return scoped
 
     yield scope
-    admin = KafkaAdminClient(**stack.kafka.client_options())
+    admin = kafka.admin(stack.kafka)
     try:
         names = [n for n in admin.list_topics() if any(n.startswith(p) for p in prefixes)]
         if names:
@@ -339,15 +340,17 @@ def worker_starter(log_dir: Path) -> Iterator[StartWorker]:
 def wait_for(
     what: str, check: Callable[[], Any], worker: Worker | None = None, timeout_s: float = 45.0
 ) -> Any:
-    """Poll `check` until it returns something truthy; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Poll `check` until it returns something truthy; fail after `timeout_s`, or as soon as
+    `worker` exits, with the worker's log."""
+
+    def checked() -> Any:
         result = check()
-        if result:
-            return result
-        if worker is not None and worker.process.poll() is not None:
+        if not result and worker is not None and worker.process.poll() is not None:
             pytest.fail(f"the worker exited while waiting for {what}:\n{worker.stop()}")
-        if time.monotonic() > deadline:
-            detail = "" if worker is None else f"\nworker log:\n{worker.stop()}"
-            pytest.fail(f"timed out waiting for {what}{detail}")
-        time.sleep(0.2)
+        return result
+
+    try:
+        return wait_until(checked, timeout_s=timeout_s, what=what, interval_s=0.2)
+    except WaitTimeoutError as exc:
+        detail = "" if worker is None else f"\nworker log:\n{worker.stop()}"
+        pytest.fail(f"{exc}{detail}")

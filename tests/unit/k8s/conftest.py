@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import waiter
 
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import FakeApiServer
@@ -34,18 +34,10 @@ def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (tests/conftest.py)."""
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
-    """Poll `predicate` until it is true; fail naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def wait() -> Wait:
-    return wait_until
+    """`wait(predicate, what, timeout_s=10.0)`: poll until it holds, or fail naming `what`."""
+    return waiter(default_timeout_s=10.0, interval_s=0.01)
 
 
 @pytest.fixture

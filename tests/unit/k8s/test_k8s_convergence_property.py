@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support import wait_until
 
 from producers.k8s.client import KubernetesApi
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
@@ -216,11 +217,8 @@ def content_of(value: K8sPod | K8sNode) -> object:
     return content(value)  # the type variable is resolved per branch
 
 
-def wait_for(predicate: Any, what: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = 15.0) -> None:
+    wait_until(predicate, timeout_s=timeout_s, what=what, interval_s=0.005)
 
 
 def dedup(states: list[Any]) -> list[Any]:

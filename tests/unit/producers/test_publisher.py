@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
+from support import holds_within
 
 from producers.agent.outbox import Entry
 from producers.agent.publisher import Done, Publisher, SendBlocked
@@ -24,16 +25,6 @@ def message(n: int) -> tuple[bytes, bytes]:
 
 def keys(sent: Sequence[tuple[bytes, bytes] | Entry]) -> list[int]:
     return [int(item.key if isinstance(item, Entry) else item[0]) for item in sent]
-
-
-def poll(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """True as soon as `check` holds; False when `timeout_s` passed without it."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 class AckingSender:
@@ -256,11 +247,11 @@ def test_the_thread_resumes_after_the_client_refused(publishers: list[Publisher]
     publisher.start()
     for n in range(10):
         publisher.publish(*message(n))
-    assert poll(lambda: sender.refusals >= 3)
+    assert holds_within(lambda: sender.refusals >= 3, timeout_s=10.0, interval_s=0.001)
     assert sender.sent == []
 
     sender.accept = 1000
-    assert poll(lambda: publisher.stats.sent == 10)
+    assert holds_within(lambda: publisher.stats.sent == 10, timeout_s=10.0, interval_s=0.001)
     assert keys(sender.sent) == list(range(10))
     assert publisher.stats.blocked == sender.refusals
 

@@ -3,12 +3,10 @@ one thread, a refusing client ends the round, the common client closed once."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from support import wait_until
 
 from producers.agent.publisher import Done, Publisher, SendBlocked
 from producers.simulate.publishing import NodePublishers
@@ -36,13 +34,8 @@ class Sender:
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, sorted(t.name for t in left)
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 def test_each_node_counts_its_own_messages_and_the_client_closes_once() -> None:
@@ -55,10 +48,7 @@ def test_each_node_counts_its_own_messages_and_the_client_closes_once() -> None:
     b(b"b", b"b0")
     b(b"b", b"b1")
 
-    deadline = time.monotonic() + 10
-    while publishers.sent < 5:
-        assert time.monotonic() < deadline, publishers.sent
-        time.sleep(0.01)
+    wait_until(lambda: publishers.sent >= 5, timeout_s=10, what="5 messages sent", interval_s=0.01)
     publishers.stop(timeout_s=5)
 
     assert {n: p.stats.sent for n, p in publishers.by_node.items()} == {"a": 3, "b": 2}

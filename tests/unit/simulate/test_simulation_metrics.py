@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support import free_port, wait_until
 
 from gpuwatch.cli import main
 from gpuwatch.config import load_settings
@@ -52,13 +51,6 @@ def acks(_topic: str, _client_id: str) -> MessageSender:
     return Acks()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def settings() -> Settings:
     return load_settings(
@@ -72,13 +64,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, sorted(t.name for t in left)
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 def scrape(port: int) -> tuple[str, Series]:
@@ -98,16 +85,15 @@ def by_node(series: Series, name: str) -> dict[str, float]:
 
 def poll(read: Callable[[], T], ok: Callable[[T], bool], what: str, timeout_s: float = 10) -> T:
     """`read()` until `ok`; a refused connection (not listening yet) counts as not yet."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value: T | OSError = read()
-        except OSError as exc:
-            value = exc
-        if not isinstance(value, OSError) and ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}: last {value}"
-        time.sleep(0.05)
+
+    def passed() -> tuple[T] | None:
+        value = read()
+        return (value,) if ok(value) else None
+
+    (value,) = wait_until(
+        passed, timeout_s=timeout_s, what=what, interval_s=0.05, not_yet=(OSError,)
+    )
+    return value
 
 
 def test_each_node_agent_exports_its_own_figures_and_a_down_one_none(settings: Settings) -> None:

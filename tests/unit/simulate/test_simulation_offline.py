@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from support import wait_until
 
 from gpuwatch.config import load_settings
 from producers.agent.publisher import Done, MessageSender
@@ -61,13 +59,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, sorted(t.name for t in left)
+def _no_thread_left(no_thread_left: None) -> None:
+    """Every test here: no thread left running (tests/conftest.py)."""
 
 
 def last_by_name(pods: list[K8sPod]) -> dict[str, K8sPod]:
@@ -194,11 +187,12 @@ def test_a_background_simulation_stops_on_request_with_a_summary(settings: Setti
     handle = start_simulation(
         settings, load_scenario("small"), speed=50, epoch_s=EPOCH, senders=recorders
     )
-    deadline = time.monotonic() + 30
-    while not recorders.by_topic or not recorders.values(settings, "nvml"):
+
+    def sampled() -> bool:
         assert handle.running
-        assert time.monotonic() < deadline, "no sample within 30 s"
-        time.sleep(0.05)
+        return bool(recorders.by_topic and recorders.values(settings, "nvml"))
+
+    wait_until(sampled, timeout_s=30, what="a sample", interval_s=0.05)
 
     summary = handle.stop()
 

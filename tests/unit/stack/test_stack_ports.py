@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import manager
@@ -29,18 +30,12 @@ def listener() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_listening_port_is_in_use(listener: int) -> None:
     assert port_in_use("127.0.0.1", listener)
 
 
 def test_free_port_is_not_in_use() -> None:
-    assert not port_in_use("127.0.0.1", _free_port())
+    assert not port_in_use("127.0.0.1", free_port())
 
 
 def test_holder_of_our_listener_is_this_process(listener: int) -> None:
@@ -103,7 +98,7 @@ def test_port_taken_by_an_answering_service_is_external(tmp_path: Path, listener
 
 
 def test_free_port_is_to_be_started(tmp_path: Path) -> None:
-    found = manager._assess(_daemon(tmp_path, _free_port(), answers=False), StackPaths.of(tmp_path))
+    found = manager._assess(_daemon(tmp_path, free_port(), answers=False), StackPaths.of(tmp_path))
     assert found.kind == "free"
 
 
@@ -113,10 +108,10 @@ def test_taken_controller_port_is_named(tmp_path: Path, listener: int) -> None:
         overrides={
             "stack.state_dir": tmp_path / "state",
             "stack.cache_dir": tmp_path / "cache",
-            "stack.kafka_port": _free_port(),
+            "stack.kafka_port": free_port(),
             "stack.kafka_controller_port": listener,
-            "stack.redis_port": _free_port(),
-            "stack.prometheus_port": _free_port(),
+            "stack.redis_port": free_port(),
+            "stack.prometheus_port": free_port(),
         },
     )
     with pytest.raises(StackError) as caught:

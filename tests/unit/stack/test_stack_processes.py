@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import free_port, holds_within, wait_until
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import kafka, manager, processes
@@ -19,12 +18,7 @@ from gpuwatch.stack.service import StackError, StackPaths
 
 
 def _wait_until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
+    return holds_within(check, timeout_s=timeout_s, interval_s=0.02)
 
 
 @pytest.fixture
@@ -37,20 +31,16 @@ def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         [sys.executable, "-c", "import time; time.sleep(60)", str(state / "kafka" / "x.properties")]
     )
     # Until the child has exec'd, /proc/<pid>/cmdline is still the forked test's.
-    deadline = time.monotonic() + 10
     marker = str(state).encode()
-    while marker not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
-        assert time.monotonic() < deadline, "the child never exec'd"
-        time.sleep(0.01)
+    wait_until(
+        lambda: marker in Path(f"/proc/{child.pid}/cmdline").read_bytes(),
+        timeout_s=10,
+        what="the child to exec",
+        interval_s=0.01,
+    )
     yield child
     child.kill()
     child.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_pid_file_round_trip(tmp_path: Path) -> None:
@@ -240,10 +230,10 @@ def test_up_without_binaries_starts_nothing(tmp_path: Path) -> None:
         overrides={
             "stack.state_dir": tmp_path / "state",
             "stack.cache_dir": tmp_path / "cache",
-            "stack.kafka_port": _free_port(),
-            "stack.kafka_controller_port": _free_port(),
-            "stack.redis_port": _free_port(),
-            "stack.prometheus_port": _free_port(),
+            "stack.kafka_port": free_port(),
+            "stack.kafka_controller_port": free_port(),
+            "stack.redis_port": free_port(),
+            "stack.prometheus_port": free_port(),
         },
     )
     with pytest.raises(StackError) as caught:
