@@ -19,6 +19,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+from setuptools import find_packages
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -147,9 +149,11 @@ def test_it_runs_as_an_unprivileged_numeric_user_with_the_gpuwatch_entrypoint() 
 
 def test_the_context_holds_the_package_and_nothing_local() -> None:
     files = context()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"][
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"][
         "packages"
-    ]
+    ]["find"]
+    packages = find_packages(where=str(ROOT), include=find["include"])
+    assert {"streams.core", "streams.faust", "sinks.redis", "gpuwatch.cli"} <= set(packages)
     for package in packages:
         init = package.replace(".", "/") + "/__init__.py"
         assert init in files, init
@@ -204,4 +208,5 @@ def test_the_context_builds_a_wheel_with_the_generated_modules(tmp_path: Path) -
         assert f"producers/podresources/{module}" in names, module
     assert "gpuwatch/cli/main.py" in names
     assert any(n.startswith("schemas/json/") and n.endswith(".json") for n in names)
+    assert "sinks/redis/lua/gpu_live.lua" in names  # package data: the Redis scripts
     assert "gpuwatch = gpuwatch.cli:main" in scripts
