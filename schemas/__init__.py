@@ -1,5 +1,6 @@
 """gpuwatch wire contracts: typed values, codecs and JSON Schemas of every topic."""
 
+from . import topics
 from .alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
 from .attribution import Attribution, GpuAttribution
 from .codec import (
@@ -28,35 +29,9 @@ from .k8s_pod import Condition, ContainerStatus, K8sPod, Owner, PodPhase
 from .nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 from .pod_lifecycle import PodLifecycle
 from .pod_usage import GpuUsage, PodUsage
-from .topics import (
-    ALERTS,
-    ALL_TOPICS,
-    ATTRIBUTION,
-    DEADLETTER,
-    DEFAULT_TOPIC_PREFIX,
-    GPU_WINDOWS,
-    K8S_NODES,
-    K8S_PODS,
-    NVML_SAMPLES,
-    POD_KEYED,
-    POD_LIFECYCLE,
-    POD_USAGE,
-    by_name,
-)
+from .topics import *  # noqa: F403  (the topic specs: `topics.__all__`)
 
 __all__ = [
-    "ALERTS",
-    "ALL_TOPICS",
-    "ATTRIBUTION",
-    "DEADLETTER",
-    "DEFAULT_TOPIC_PREFIX",
-    "GPU_WINDOWS",
-    "K8S_NODES",
-    "K8S_PODS",
-    "NVML_SAMPLES",
-    "POD_KEYED",
-    "POD_LIFECYCLE",
-    "POD_USAGE",
     "Alert",
     "AlertFingerprint",
     "AlertName",
@@ -99,5 +74,5 @@ __all__ = [
     "UnknownSchemaVersion",
     "Value",
     "WrongSchema",
-    "by_name",
 ]
+__all__ += topics.__all__

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from gpuwatch.kafka import TopicPartition as KafkaTopicPartition
 from gpuwatch.kafka import admin, consumer
@@ -170,78 +171,90 @@ class Offsets:
         self._admin.close()
 
 
-class CommitWatcher:
-    """Reads the worker's committed offsets of one topic every `interval_s`, in a thread."""
+class _Poller:
+    """Calls `_poll` every `interval_s` in a daemon thread, from `with` until its end."""
 
-    def __init__(self, settings: Settings, topic: str, interval_s: float = 0.2) -> None:
-        self._offsets = Offsets(settings)
-        self._topic = topic
+    def __init__(self, name: str, interval_s: float) -> None:
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="commit-watcher", daemon=True)
-        self.points: list[tuple[float, int]] = []
-        """(monotonic time read, messages committed)."""
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> CommitWatcher:
-        self.points.append((time.monotonic(), self._offsets.committed(self._topic)))
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
-        self._offsets.close()
+        self._close()
+
+    def _poll(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._poll()
+            self._stop.wait(self._interval_s)
+
+
+class CommitWatcher(_Poller):
+    """Reads the worker's committed offsets of one topic every `interval_s`, in a thread."""
+
+    def __init__(self, settings: Settings, topic: str, interval_s: float = 0.2) -> None:
+        super().__init__("commit-watcher", interval_s)
+        self._offsets = Offsets(settings)
+        self._topic = topic
+        self.points: list[tuple[float, int]] = []
+        """(monotonic time read, messages committed)."""
+
+    def __enter__(self) -> Self:
+        self._poll()
+        return super().__enter__()
 
     def latest(self) -> int:
         """The last count read (0 before any)."""
         return self.points[-1][1] if self.points else 0
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            committed = self._offsets.committed(self._topic)
-            self.points.append((time.monotonic(), committed))
-            self._stop.wait(self._interval_s)
+    def _poll(self) -> None:
+        committed = self._offsets.committed(self._topic)
+        self.points.append((time.monotonic(), committed))
+
+    def _close(self) -> None:
+        self._offsets.close()
 
 
-class LatencyProbe:
+class LatencyProbe(_Poller):
     """Reads `updated_at` of the watched GPUs' Redis hashes often, in a thread."""
 
     def __init__(self, url: str, uuids: Iterable[str], interval_s: float = 0.02) -> None:
+        super().__init__("latency-probe", interval_s)
         self._client = redis_client.connect(url, timeout_s=5)
         self._keys = RedisKeys()
         self._uuids = sorted(set(uuids))
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="latency-probe", daemon=True)
         self._last: dict[str, int] = {}
         self.seen: list[tuple[str, int, float]] = []
         """(uuid, updated_at, wall time the value was first read) of every new value."""
-
-    def __enter__(self) -> LatencyProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._client.close()
 
     def latest(self, uuid: str) -> int | None:
         """The last `updated_at` read of a GPU."""
         return self._last.get(uuid)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pipe = self._client.pipeline(transaction=False)
-            for uuid in self._uuids:
-                pipe.hget(self._keys.gpu(uuid), "updated_at")
-            values = pipe.execute()
-            now = time.time()
-            for uuid, value in zip(self._uuids, values, strict=True):
-                if value is not None and int(value) != self._last.get(uuid):
-                    self._last[uuid] = int(value)
-                    self.seen.append((uuid, int(value), now))
-            self._stop.wait(self._interval_s)
+    def _poll(self) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for uuid in self._uuids:
+            pipe.hget(self._keys.gpu(uuid), "updated_at")
+        values = pipe.execute()
+        now = time.time()
+        for uuid, value in zip(self._uuids, values, strict=True):
+            if value is not None and int(value) != self._last.get(uuid):
+                self._last[uuid] = int(value)
+                self.seen.append((uuid, int(value), now))
+
+    def _close(self) -> None:
+        self._client.close()
 
 
 @dataclass(frozen=True)

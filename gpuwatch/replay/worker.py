@@ -25,18 +25,7 @@ from typing import Any
 from gpuwatch.kafka import KafkaError, TopicPartition, admin, consumer
 from gpuwatch.replay.read import Progress
 from gpuwatch.run.worker_sinks import redis_group
-from schemas import (
-    ALERTS,
-    ATTRIBUTION,
-    DEADLETTER,
-    GPU_WINDOWS,
-    K8S_NODES,
-    K8S_PODS,
-    NVML_SAMPLES,
-    POD_LIFECYCLE,
-    POD_USAGE,
-    TopicSpec,
-)
+from schemas import ALL_TOPICS, K8S_NODES, K8S_PODS, NVML_SAMPLES, POD_USAGE, TopicSpec
 from schemas.settings import Settings
 
 __all__ = [
@@ -57,15 +46,8 @@ STOP_S = 30.0  # the worker commits and leaves its group on SIGTERM within secon
 WORKER_TICK_S = "0.5"  # ticks close the last windows once the inputs are consumed
 INPUTS: tuple[TopicSpec[Any], ...] = (NVML_SAMPLES, K8S_PODS, K8S_NODES)
 """What a rerun copies, in the order it copies them."""
-DERIVED: tuple[TopicSpec[Any], ...] = (
-    POD_USAGE,
-    POD_LIFECYCLE,
-    ATTRIBUTION,
-    GPU_WINDOWS,
-    ALERTS,
-    DEADLETTER,
-)
-"""What the worker writes under the rerun's prefix."""
+DERIVED: tuple[TopicSpec[Any], ...] = tuple(spec for spec in ALL_TOPICS if spec not in INPUTS)
+"""What the worker writes under the rerun's prefix: every other topic."""
 
 
 class WorkerRunError(Exception):

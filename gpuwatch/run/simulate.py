@@ -79,15 +79,10 @@ class SimulateOptions:
     """Serve the agents' and the watcher's /metrics on their settings' ports."""
 
 
-def load(
-    ref: str,
-    *,
-    nodes: int | None = None,
-    gpus_per_node: int | None = None,
-    seed: int | None = None,
-) -> Scenario:
-    """A scenario by name or path, with the overrides applied; ScenarioError if unusable."""
-    return with_overrides(load_scenario(ref), nodes=nodes, gpus_per_node=gpus_per_node, seed=seed)
+def load(ref: str, **overrides: int | None) -> Scenario:
+    """A scenario by name or path, with the overrides of `with_overrides` applied (`nodes`,
+    `gpus_per_node`, `seed`; None leaves one as it is); ScenarioError if unusable."""
+    return with_overrides(load_scenario(ref), **overrides)
 
 
 def parse_epoch(text: str) -> float:

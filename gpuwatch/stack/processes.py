@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from gpuwatch.stack.service import Progress, StackError, Which
 
@@ -164,17 +164,9 @@ def spawn(argv: list[str], *, cwd: Path, log_path: Path, pid_file: Path) -> tupl
     cwd.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     header = f"--- gpuwatch: {stamp} starting: {' '.join(argv)}\n"
-    with _log_file(log_path, header) as (out, offset):
+    with _logged(cwd, log_path, header) as (where, offset):
         try:
-            child = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            child = subprocess.Popen(argv, **where, start_new_session=True, close_fds=True)
         except OSError as exc:
             raise StackError(f"cannot start `{argv[0]}`: {exc}; {INSTALL_HINT}") from exc
     if not _children:
@@ -200,17 +192,9 @@ def run_logged(
     place of what the file held. Running past `timeout_s` is a StackError saying
     `timed_out`.
     """
-    with _log_file(log_path, header) as (out, offset):
+    with _logged(cwd, log_path, header) as (where, offset):
         try:
-            done = subprocess.run(
-                argv,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout_s,
-                check=False,
-            )
+            done = subprocess.run(argv, **where, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise StackError(timed_out) from exc
     return done.returncode, offset
@@ -295,10 +279,12 @@ def locked(lock_file: Path, progress: Progress) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _log_file(log_path: Path, header: str | None) -> Iterator[tuple[BinaryIO, int]]:
-    """A log open for a command's output, and the offset where that output starts.
+def _logged(cwd: Path, log_path: Path, header: str | None) -> Iterator[tuple[dict[str, Any], int]]:
+    """Where a command runs and its output goes (subprocess's arguments), and the offset in
+    the log where that output starts.
 
-    With a header the log is appended to, the header first; without, it is emptied.
+    The command reads /dev/null and writes stdout and stderr to the log. With a header the
+    log is appended to, the header first; without, it is emptied.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb" if header is None else "ab") as out:
@@ -306,7 +292,13 @@ def _log_file(log_path: Path, header: str | None) -> Iterator[tuple[BinaryIO, in
         if header is not None:
             out.write(header.encode())
             out.flush()
-        yield out, offset
+        where = {
+            "cwd": cwd,
+            "stdin": subprocess.DEVNULL,
+            "stdout": out,
+            "stderr": subprocess.STDOUT,
+        }
+        yield where, offset
 
 
 def _let_daemons_outlive_us() -> None:

@@ -91,11 +91,7 @@ def _move(
     )
     record = PodLifecycle(
         schema="gpuwatch.pod.lifecycle/v1",
-        uid=state.uid,
-        namespace=state.namespace,
-        pod=state.name,
-        node=state.node,
-        labels=state.labels,
+        **state.names(),
         ts=ts,
         from_state=before,
         to_state=to,

@@ -111,11 +111,7 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
     gpus = window.gpus
     return Attribution(
         schema="gpuwatch.attribution/v1",
-        uid=state.uid,
-        namespace=state.namespace,
-        pod=state.name,
-        node=state.node,
-        labels=state.labels,
+        **state.names(),
         owner=state.owner,
         ts=end,
         window_start=window.start,

@@ -9,7 +9,7 @@ written by an older worker still decodes after a field is added.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -18,7 +18,26 @@ from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_pod import K8sPod, Owner
 from schemas.pod_usage import PodUsage
 
-__all__ = ["GpuTotals", "Held", "OpenWindow", "PodState", "decode", "encode", "new_state"]
+__all__ = [
+    "GpuTotals",
+    "Held",
+    "OpenWindow",
+    "PodNames",
+    "PodState",
+    "decode",
+    "encode",
+    "new_state",
+]
+
+
+class PodNames(TypedDict):
+    """How each record about a pod names it (`pod.lifecycle`, `attribution`)."""
+
+    uid: PodUid
+    namespace: str
+    pod: str
+    node: NodeName | None
+    labels: dict[str, str]
 
 
 class _State(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -126,6 +145,16 @@ class PodState(_State, frozen=True, kw_only=True):
     queued_alert_firing: bool = False
     stalled_alert_since: int | None = None
     """`since` of the firing PodStalled alert; None when it is not firing."""
+
+    def names(self) -> PodNames:
+        """The pod's names as its records carry them (what its latest pod event said)."""
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "pod": self.name,
+            "node": self.node,
+            "labels": self.labels,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The state as JSON-ready builtins (a Faust Table value)."""
