@@ -1,4 +1,4 @@
-"""Shared fixtures: the settings in force and the real local stack for integration tests."""
+"""Shared fixtures: the settings in force, the real local stack and scoped topics on it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from support import threads_left
+from topic_io import NewScope, topic_scopes
 
 from gpuwatch.config import load_settings
 from schemas.settings import Settings
@@ -36,6 +37,13 @@ def stack(settings: Settings) -> Settings:
 def topic_prefix() -> str:
     """A topic prefix of this test alone, so runs and tests never share topics."""
     return f"gwtest-{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def new_scope(stack: Settings) -> Iterator[NewScope]:
+    """Settings with a topic prefix and app id of their own, topics created; deleted after."""
+    with topic_scopes(stack) as scope:
+        yield scope
 
 
 @pytest.fixture

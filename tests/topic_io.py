@@ -1,9 +1,11 @@
-"""Reading whole topics back in tests: every record there is now, in a stable order."""
+"""Topics in tests: scoped topics made and deleted, whole topics read back in a stable order."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 from kafka.consumer.fetcher import ConsumerRecord
 
@@ -12,6 +14,10 @@ from gpuwatch.kafka import TopicPartition, create_topics, delete_topics
 from schemas.settings import Settings
 
 READ_DEADLINE_S = 30  # a local broker serves a test's few thousand records in seconds
+PARTITIONS = 3  # of a scoped topic: more than one, so keys spread
+
+NewScope = Callable[[], Settings]
+"""The `new_scope` fixture: settings with topics and an app id of their own."""
 
 
 def consume_all(settings: Settings, topic: str) -> list[ConsumerRecord]:
@@ -55,5 +61,43 @@ def delete_prefixed(settings: Settings, prefixes: Iterable[str]) -> None:
         names = [name for name in admin.list_topics() if name.startswith(tuple(prefixes))]
         if names:
             admin.delete_topics(names)
+    finally:
+        admin.close()
+
+
+@contextmanager
+def topic_scopes(stack: Settings, partitions: int = PARTITIONS) -> Iterator[NewScope]:
+    """Make settings with a topic prefix and app id of their own, topics created; deleted after.
+
+    The body of the `new_scope` fixture, for fixtures of a wider scope too.
+    """
+    prefixes: list[str] = []
+    groups: list[str] = []
+
+    def scope() -> Settings:
+        tag = uuid.uuid4().hex[:10]
+        prefixes.append(f"gwtest-{tag}.")
+        scoped_kafka = stack.kafka.model_copy(
+            update={
+                "topic_prefix": prefixes[-1],
+                "partitions": partitions,
+                "app_id": f"gwtest-app-{tag}",
+            }
+        )
+        scoped = stack.model_copy(update={"kafka": scoped_kafka})
+        groups.append(scoped_kafka.app_id)
+        rows = create_topics(scoped)
+        assert all(row.ok for row in rows), rows
+        return scoped
+
+    yield scope
+    admin = kafka.admin(stack.kafka)
+    try:
+        names = [n for n in admin.list_topics() if any(n.startswith(p) for p in prefixes)]
+        if names:
+            admin.delete_topics(names)
+        known = {g["group_id"] for g in admin.list_groups()}
+        if gone := [g for g in groups if g in known]:
+            admin.delete_groups(gone)  # the workers have stopped: the groups are empty
     finally:
         admin.close()

@@ -12,11 +12,10 @@ from typing import Any
 import msgspec
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.empty_node import empty_node_agent
 
-from producers.agent.loop import NodeAgent
 from producers.agent.metrics import AgentCollector
 from producers.agent.publisher import Done, Publisher
-from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
@@ -102,22 +101,6 @@ def worker_exposition() -> Exported:
     return _read(exposition(metrics.registry).decode())
 
 
-class _NoGpus:
-    def read(self) -> ReadResult:
-        return ReadResult(())
-
-    def close(self) -> None:
-        return None
-
-
-class _NoPods:
-    def resolve(self, pid: int) -> PodRef | None:
-        return None
-
-    def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
-        return None
-
-
 class _NoSender:
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         done(None)
@@ -132,15 +115,7 @@ class _NoSender:
 def agent_registry() -> CollectorRegistry:
     """A node agent's registry after one tick."""
     publisher = Publisher(_NoSender(), max_buffer_bytes=1 << 20)
-    pods = _NoPods()
-    agent = NodeAgent(
-        node="gpu-node-1",
-        reader=_NoGpus(),
-        resolver=pods,
-        allocations=pods,
-        publish=publisher.publish,
-        interval_s=1.0,
-    )
+    agent = empty_node_agent("gpu-node-1", publisher.publish)
     agent.tick()
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent, publisher))

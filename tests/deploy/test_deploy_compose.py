@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import run_command
 
 from gpuwatch.cli import build_parser
 from gpuwatch.config import load_settings
@@ -56,12 +57,8 @@ def interpolate(text: str, env: dict[str, str] | None = None) -> str:
 
 
 def schema_check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_command(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)], timeout_s=60
     )
 
 
@@ -86,17 +83,11 @@ def test_docker_compose_config_where_the_plugin_exists() -> None:
     docker = shutil.which("docker")
     if docker is None:
         pytest.skip("no docker client")
-    probe = subprocess.run(
-        [docker, "compose", "version"], capture_output=True, text=True, timeout=30, check=False
-    )
+    probe = run_command([docker, "compose", "version"], timeout_s=30)
     if probe.returncode != 0:
         pytest.skip("the docker client has no compose plugin")
-    done = subprocess.run(
-        [docker, "compose", "-f", str(COMPOSE), "--profile", "*", "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = run_command(
+        [docker, "compose", "-f", str(COMPOSE), "--profile", "*", "config", "--quiet"], timeout_s=60
     )
     assert done.returncode == 0, done.stderr
 
@@ -225,13 +216,7 @@ def test_prometheus_gets_a_config_promtool_accepts_with_the_jobs_of_the_local_st
     command = services()["prometheus"]["command"]
     flag = next(c for c in command if c.startswith("--config.file="))
     config_path = mounted("prometheus", flag.split("=", 1)[1])
-    done = subprocess.run(
-        ["promtool", "check", "config", str(config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_command(["promtool", "check", "config", str(config_path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 1 rule files found" in done.stdout
     config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
@@ -279,12 +264,9 @@ def test_prometheus_finds_each_gpuwatch_service_on_its_metrics_port() -> None:
 def test_alertmanager_gets_a_config_amtool_accepts() -> None:
     command = services()["alertmanager"]["command"]
     flag = next(c for c in command if c.startswith("--config.file="))
-    done = subprocess.run(
+    done = run_command(
         ["amtool", "check-config", str(mounted("alertmanager", flag.split("=", 1)[1]))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        timeout_s=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 

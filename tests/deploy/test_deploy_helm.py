@@ -20,6 +20,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from support import run_command
 
 from gpuwatch.cli import build_parser
 from gpuwatch.config import load_settings
@@ -45,13 +46,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "helm.sh"), "--path"],
-        capture_output=True,
-        text=True,
-        timeout=880,
-        check=False,
-    )
+    done = run_command([str(ROOT / "scripts" / "helm.sh"), "--path"], timeout_s=880)
     if done.returncode == 3:
         pytest.skip(done.stderr.strip())
     assert done.returncode == 0, done.stderr
@@ -59,12 +54,8 @@ def helm() -> str:
 
 
 def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [helm, "template", "gw", str(CHART), "--namespace", NAMESPACE, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_command(
+        [helm, "template", "gw", str(CHART), "--namespace", NAMESPACE, *args], timeout_s=120
     )
 
 
@@ -506,13 +497,7 @@ def test_the_prometheus_rule_is_the_rules_file_and_promtool_accepts_it(
     assert rule["spec"] == yaml.safe_load(RULES.read_text(encoding="utf-8"))
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rule["spec"]), encoding="utf-8")
-    done = subprocess.run(
-        ["promtool", "check", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
     alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert {"GpuIdleAllocated", "PodStalled", "PodQueuedTooLong", "GpuUnallocatedAccess",
@@ -548,13 +533,7 @@ def test_network_policy_admits_only_the_metrics_ports(tls: list[Object]) -> None
 
 @pytest.mark.parametrize("values", [(), ("-f", str(TLS_VALUES)), ("-f", str(SIM_VALUES))])
 def test_helm_lint_strict_passes(helm: str, values: tuple[str, ...]) -> None:
-    done = subprocess.run(
-        [helm, "lint", "--strict", str(CHART), *values],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_command([helm, "lint", "--strict", str(CHART), *values], timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
 
@@ -563,21 +542,12 @@ def test_the_packaged_chart_carries_the_linked_rules_and_dashboards(
     helm: str, tls: list[Object], tmp_path: Path
 ) -> None:
     """files/ and dashboards/ link outside the chart: `helm package` must resolve them."""
-    done = subprocess.run(
-        [helm, "package", str(CHART), "-d", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_command([helm, "package", str(CHART), "-d", str(tmp_path)], timeout_s=120)
     assert done.returncode == 0, done.stderr
     (archive,) = tmp_path.glob("gpuwatch-0.1.0.tgz")
-    rendered = subprocess.run(
+    rendered = run_command(
         [helm, "template", "gw", str(archive), "--namespace", NAMESPACE, "-f", str(TLS_VALUES)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        timeout_s=120,
     )
     assert rendered.returncode == 0, rendered.stderr
     assert [d for d in yaml.safe_load_all(rendered.stdout) if d] == tls

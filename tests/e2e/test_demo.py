@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import free_port
+from support import free_port, run_command
 
 from gpuwatch import kafka
 from schemas.settings import Settings
@@ -64,14 +63,7 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
 ) -> None:
     argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "10"]
     argv += ["--duration", "60", "--no-ui"]
-    result = subprocess.run(
-        argv,
-        env={**os.environ, **demo_scope},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
     assert result.returncode == 0, result.stderr + result.stdout
     assert "Where to look" in result.stdout
     assert f"http://127.0.0.1:{stack.stack.prometheus_port}/alerts" in result.stdout

@@ -1,4 +1,4 @@
-"""Fixtures of the fault tests: the worker and agent test helpers, scoped topics, private Redis.
+"""Fixtures of the fault tests: the worker and agent test helpers, worker processes, private Redis.
 
 The fault tests drive the same processes as the worker's and the node agent's integration
 tests, with their helpers (`tests/integration/worker/worker_fixtures.py`,
@@ -20,26 +20,12 @@ for folder in (HERE.parent / "integration" / "worker", HERE.parent / "integratio
 
 from fault_services import Persistence, PrivateRedis, StartRedis  # noqa: E402
 from support import free_port  # noqa: E402
-from worker_fixtures import (  # noqa: E402 - needs the path above
-    NewScope,
-    StartWorker,
-    topic_scopes,
-    worker_starter,
-)
-
-from schemas.settings import Settings  # noqa: E402
+from worker_fixtures import StartWorker, worker_starter  # noqa: E402 - needs the path above
 
 
 @pytest.fixture(autouse=True)
 def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (tests/conftest.py)."""
-
-
-@pytest.fixture
-def new_scope(stack: Settings) -> Iterator[NewScope]:
-    """Settings with a topic prefix and app id of their own, topics created; deleted after."""
-    with topic_scopes(stack) as scope:
-        yield scope
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Checks the fault tests share: records by identity, and Redis against the derived topics.
+"""Checks the fault tests share: records compared by identity, and Redis against the derived topics.
 
 What Redis must hold is worked out here from the derived topics alone, by the rules of
 DESIGN.md §5 (a pod's state is its latest transition, a finished pod stays finished; a pod's
@@ -8,13 +8,12 @@ latest message fires), not by the sink's code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 import redis
-from worker_fixtures import decoded
+from worker_fixtures import Identities, decoded
 
 from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, POD_LIFECYCLE
 from schemas.settings import Settings
@@ -22,27 +21,6 @@ from sinks.redis.keys import RedisKeys
 
 RANK = {"queued": 0, "running": 1, "stalled": 2, "finished": 3}
 KEYS_OF = RedisKeys()  # `gpuwatch:`, the worker's key names
-
-Identities = dict[str, dict[tuple[Any, ...], list[Any]]]
-"""Derived topic -> record identity -> every copy of it."""
-
-KEYS: dict[str, tuple[Any, Callable[[Any], tuple[Any, ...]]]] = {
-    "pod.lifecycle": (POD_LIFECYCLE, lambda c: (c.uid, c.ts, c.to_state)),
-    "alerts": (ALERTS, lambda a: (a.fingerprint, a.status, a.ts)),
-    "attribution": (ATTRIBUTION, lambda a: (a.uid, a.window_start)),
-    "gpu.windows": (GPU_WINDOWS, lambda w: (w.uuid, w.window_start)),
-}
-
-
-def identities(settings: Settings) -> Identities:
-    """Every record of the derived topics, grouped by its identity."""
-    out: Identities = {}
-    for name, (spec, key) in KEYS.items():
-        grouped: dict[tuple[Any, ...], list[Any]] = {}
-        for value in decoded(settings, spec):
-            grouped.setdefault(key(value), []).append(value)
-        out[name] = grouped
-    return out
 
 
 def differences(got: Identities, want: Identities) -> list[str]:

@@ -27,14 +27,7 @@ from typing import Any
 import msgspec
 import pytest
 import redis
-from fault_checks import (
-    KEYS_OF,
-    Identities,
-    differences,
-    identities,
-    redis_mismatches,
-    subject_of,
-)
+from fault_checks import KEYS_OF, differences, redis_mismatches, subject_of
 from fault_services import StartRedis
 from hostile_messages import (
     NODES,
@@ -55,15 +48,15 @@ from hostile_messages import (
 from kafka.partitioner.default import murmur2
 from prometheus_client.parser import text_string_to_metric_families
 from support import free_port, holds_within
-from topic_io import consume_all
+from topic_io import PARTITIONS, NewScope, consume_all
 from worker_fixtures import (
-    PARTITIONS,
     QUEUED_UID,
-    NewScope,
+    Identities,
     Scenario,
     StartWorker,
     aligned_t0,
     decoded,
+    identities,
     scenario,
 )
 

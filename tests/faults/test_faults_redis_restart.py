@@ -20,10 +20,10 @@ import redis
 from fault_checks import KEYS_OF, redis_mismatches
 from fault_services import Persistence, StartRedis
 from support import free_port
+from topic_io import NewScope
 from worker_fixtures import (
     QUEUED_UID,
     TICKS,
-    NewScope,
     S,
     StartWorker,
     aligned_t0,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from support import reaped
 
 from schemas import NVML_SAMPLES
 from schemas.settings import Settings
@@ -66,7 +67,7 @@ def test_the_sim_agent_publishes_valid_samples_in_order_and_serves_metrics(
     agent = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:
+    with reaped(agent):
         # Scrape while it runs: the endpoint answers with samples counted.
         deadline = time.monotonic() + 15
         page = None
@@ -80,10 +81,6 @@ def test_the_sim_agent_publishes_valid_samples_in_order_and_serves_metrics(
         assert metric(page, "gpuwatch_agent_gpus", node) == 4.0
         assert metric(page, "gpuwatch_agent_dropped_total", node) == 0.0
         out, err = agent.communicate(timeout=30)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.communicate()
     assert agent.returncode == 0, err
 
     stopped = STOPPED.search(err)

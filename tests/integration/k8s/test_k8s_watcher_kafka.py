@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from support import reaped
 
 from gpuwatch.run.watcher import WatcherService
 from producers.simulate.kube import manifests as m
@@ -184,17 +185,13 @@ def test_the_command_watches_until_sigterm_and_reports(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with reaped(process):
         wait(lambda: apiserver.open_watches("pods") == 1, "the command's pod watch")
         apiserver.modify("pods", "ml", "p", lambda o: o["status"].update(phase="Running"))
         sent = 'gpuwatch_k8s_watcher_sent_total{topic="k8s.pods"} 2.0'
         wait(lambda: sent in scrape(metrics_port), "both pod messages acknowledged")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, stderr
     assert "k8s watcher started" in stderr
     stopped = re.search(

@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
 from support import free_port, wait_until
 from topic_io import delete_prefixed
-from worker_fixtures import NewScope, topic_scopes
 
 from gpuwatch.cli import main
 from schemas.settings import Settings
@@ -29,13 +28,6 @@ RunCli = Callable[..., tuple[int, str, str]]
 @pytest.fixture(autouse=True)
 def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (a Kafka client's I/O thread; tests/conftest.py)."""
-
-
-@pytest.fixture
-def new_scope(stack: Settings) -> Iterator[NewScope]:
-    """Settings with a topic prefix and app id of their own, topics created; deleted after."""
-    with topic_scopes(stack) as scope:
-        yield scope
 
 
 @pytest.fixture

@@ -9,18 +9,8 @@ from typing import Any
 import pytest
 import redis
 from conftest import RunCli, Sandbox
-from topic_io import consume_all
-from worker_fixtures import (
-    FINISH_S,
-    TICKS,
-    WINDOW_MS,
-    NewScope,
-    S,
-    aligned_t0,
-    decoded,
-    produce,
-    scenario,
-)
+from topic_io import NewScope, consume_all
+from worker_fixtures import FINISH_S, TICKS, WINDOW_MS, S, aligned_t0, decoded, produce, scenario
 
 from schemas import ALL_TOPICS, ATTRIBUTION, K8S_PODS, NVML_SAMPLES
 from schemas.settings import Settings

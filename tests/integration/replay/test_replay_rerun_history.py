@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from backlog_runs import PARTITIONS, complete, messages, twelve_hours
 from conftest import RunCli, Sandbox
-from topic_io import consume_all
-from worker_fixtures import produce, topic_scopes, worker_starter
+from topic_io import consume_all, topic_scopes
+from worker_fixtures import produce, worker_starter
 
 from schemas import ATTRIBUTION
 from schemas.settings import Settings

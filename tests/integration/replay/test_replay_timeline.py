@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import RunCli
-from worker_fixtures import aligned_t0, produce, topic_scopes
+from topic_io import topic_scopes
+from worker_fixtures import aligned_t0, produce
 
 from gpuwatch import kafka
 from gpuwatch.kafka import TopicPartition

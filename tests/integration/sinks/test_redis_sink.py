@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -83,20 +83,6 @@ def scenario() -> list[SinkRecord]:
         live(GPU_0, 420_000, 2.0, 300_000),
         _record("gpuwatch.gpu.window/v1", GpuWindow),
     ]
-
-
-@pytest.fixture(scope="module")
-def client(stack: Settings) -> Iterator[redis.Redis]:
-    conn = redis.Redis.from_url(stack.redis.url.get_secret_value(), decode_responses=True)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def prefix(client: redis.Redis) -> Iterator[str]:
-    name = f"gwtest-{uuid.uuid4().hex[:10]}:"
-    yield name
-    _drop(client, name)
 
 
 def _drop(client: redis.Redis, prefix: str) -> None:

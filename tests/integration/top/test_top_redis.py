@@ -15,14 +15,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import pytest
-import redis
 
 from gpuwatch import cli
 from gpuwatch.top import live as top
@@ -156,39 +153,18 @@ def cluster(t: int) -> list[SinkRecord]:
             summary=IDLE_SUMMARY,
             labels=ML,
         ),
-        alert(
-            "fp-queue",
-            "PodQueuedTooLong",
-            "firing",
-            ts=t - 55 * MIN,
-            since=queue_at,
-            subject=on_pod(POD_UID_3),
-        ),
-        alert(
-            "fp-queue",
-            "PodQueuedTooLong",
-            "resolved",
-            ts=t - 50 * MIN,
-            since=queue_at,
-            subject=on_pod(POD_UID_3),
+        *(
+            alert(
+                "fp-queue",
+                "PodQueuedTooLong",
+                status,
+                ts=t - minutes * MIN,
+                since=queue_at,
+                subject=on_pod(POD_UID_3),
+            )
+            for status, minutes in (("firing", 55), ("resolved", 50))  # fired, then resolved
         ),
     ]
-
-
-@pytest.fixture(scope="module")
-def client(stack: Settings) -> Iterator[redis.Redis]:
-    conn = redis.Redis.from_url(stack.redis.url.get_secret_value(), decode_responses=True)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def prefix(client: redis.Redis) -> Iterator[str]:
-    name = f"gwtest-{uuid.uuid4().hex[:10]}:"
-    yield name
-    keys = list(client.scan_iter(f"{name}*", count=1000))
-    if keys:
-        client.delete(*keys)
 
 
 @pytest.fixture

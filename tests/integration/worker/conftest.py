@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
-from worker_fixtures import NewScope, StartWorker, topic_scopes, worker_starter
+from topic_io import NewScope
+from worker_fixtures import StartWorker, worker_starter
 
 from schemas import ALL_TOPICS
 from schemas.export import JSON_DIR
@@ -18,13 +19,6 @@ from schemas.settings import Settings
 @pytest.fixture(autouse=True)
 def _no_thread_left(no_thread_left: None) -> None:
     """Every test here: no thread left running (tests/conftest.py)."""
-
-
-@pytest.fixture
-def new_scope(stack: Settings) -> Iterator[NewScope]:
-    """Settings with a topic prefix and app id of their own, topics created; deleted after."""
-    with topic_scopes(stack) as scope:
-        yield scope
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from topic_io import topic_scopes
 from unit.streams.test_scenarios_core import (
     CHECKS,
     DAY_MS,
@@ -33,16 +34,7 @@ from unit.streams.test_scenarios_core import (
     moved,
     run_live,
 )
-from worker_fixtures import (
-    Message,
-    Worker,
-    aligned_t0,
-    decoded,
-    produce,
-    spawn_worker,
-    topic_scopes,
-    wait_for,
-)
+from worker_fixtures import Message, Worker, aligned_t0, decoded, produce, spawn_worker, wait_for
 
 from schemas import (
     ALERTS,

@@ -28,15 +28,8 @@ from backlog_runs import (
     twelve_hours,
 )
 from histories import History
-from worker_fixtures import (
-    NewScope,
-    StartWorker,
-    Worker,
-    produce,
-    topic_scopes,
-    wait_for,
-    worker_starter,
-)
+from topic_io import NewScope, topic_scopes
+from worker_fixtures import StartWorker, Worker, produce, wait_for, worker_starter
 
 from schemas.settings import Settings
 

@@ -7,39 +7,23 @@ from typing import Any
 
 import msgspec
 import pytest
+from topic_io import NewScope
 from worker_fixtures import (
-    NewScope,
     StartWorker,
     Worker,
     aligned_t0,
     decoded,
     group_members,
+    identities,
     produce,
     scenario,
     wait_for,
 )
 
-from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, POD_LIFECYCLE, POD_USAGE
+from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, POD_USAGE
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-def identities(settings: Settings) -> dict[str, dict[tuple[Any, ...], list[Any]]]:
-    """Every record of the derived topics, grouped by its identity."""
-    keys = {
-        "pod.lifecycle": (POD_LIFECYCLE, lambda c: (c.uid, c.ts, c.to_state)),
-        "alerts": (ALERTS, lambda a: (a.fingerprint, a.status, a.ts)),
-        "attribution": (ATTRIBUTION, lambda a: (a.uid, a.window_start)),
-        "gpu.windows": (GPU_WINDOWS, lambda w: (w.uuid, w.window_start)),
-    }
-    out: dict[str, dict[tuple[Any, ...], list[Any]]] = {}
-    for name, (spec, key) in keys.items():
-        grouped: dict[tuple[Any, ...], list[Any]] = {}
-        for value in decoded(settings, spec):
-            grouped.setdefault(key(value), []).append(value)
-        out[name] = grouped
-    return out
 
 
 def finished(settings: Settings) -> bool:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,16 +21,24 @@ from support import WaitTimeoutError, wait_until
 from topic_io import consume_all
 
 from gpuwatch import kafka
-from gpuwatch.kafka import create_topics
 from producers.agent.loop import NodeAgent
 from producers.simulate.gpus import SimReader, WorkloadKind
 from producers.simulate.node import SimPod, SimPods, simple_node
-from schemas import K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample, TopicSpec
+from schemas import (
+    ALERTS,
+    ATTRIBUTION,
+    GPU_WINDOWS,
+    K8S_PODS,
+    NVML_SAMPLES,
+    POD_LIFECYCLE,
+    K8sPod,
+    NvmlSample,
+    TopicSpec,
+)
 from schemas.settings import Settings
 
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 STOPPED = re.compile(r"worker stopped events=(\d+) deadletter=(\d+) late=(\d+) duplicates=(\d+)")
-PARTITIONS = 3
 S = 1000
 WINDOW_MS = 60 * S
 TICKS = 90  # 90 s of samples: the first window [t0, t0 + 60 s) closes at t0 + 70 s
@@ -46,8 +53,6 @@ Message = tuple[str, bytes | None, bytes, int | None]
 """(topic, key, value, partition) to produce; partition None: by key."""
 StartWorker = Callable[..., "Worker"]
 """The `start_worker` fixture: `start(settings, instance="w1", env=None) -> Worker`."""
-NewScope = Callable[[], Settings]
-"""The `new_scope` fixture: settings with topics and an app id of their own."""
 
 
 class FakeClock:
@@ -210,6 +215,28 @@ def decoded(settings: Settings, spec: TopicSpec[Any]) -> list[Any]:
     return [spec.decode(record.value) for record in records]
 
 
+Identities = dict[str, dict[tuple[Any, ...], list[Any]]]
+"""Derived topic -> record identity -> every copy of it."""
+
+KEYS: dict[str, tuple[Any, Callable[[Any], tuple[Any, ...]]]] = {
+    "pod.lifecycle": (POD_LIFECYCLE, lambda c: (c.uid, c.ts, c.to_state)),
+    "alerts": (ALERTS, lambda a: (a.fingerprint, a.status, a.ts)),
+    "attribution": (ATTRIBUTION, lambda a: (a.uid, a.window_start)),
+    "gpu.windows": (GPU_WINDOWS, lambda w: (w.uuid, w.window_start)),
+}
+
+
+def identities(settings: Settings) -> Identities:
+    """Every record of the derived topics, grouped by its identity."""
+    out: Identities = {}
+    for name, (spec, key) in KEYS.items():
+        grouped: dict[tuple[Any, ...], list[Any]] = {}
+        for value in decoded(settings, spec):
+            grouped.setdefault(key(value), []).append(value)
+        out[name] = grouped
+    return out
+
+
 def group_members(settings: Settings) -> int:
     """Members of the worker's consumer group now (0 while it is rebalancing).
 
@@ -254,44 +281,6 @@ class Worker:
         assert found is not None, self.log
         names = ("events", "deadletter", "late", "duplicates")
         return dict(zip(names, (int(g) for g in found.groups()), strict=True))
-
-
-@contextmanager
-def topic_scopes(stack: Settings, partitions: int = PARTITIONS) -> Iterator[NewScope]:
-    """Make settings with a topic prefix and app id of their own, topics created; deleted after.
-
-    The body of the `new_scope` fixture, for fixtures of a wider scope too.
-    """
-    prefixes: list[str] = []
-    groups: list[str] = []
-
-    def scope() -> Settings:
-        tag = uuid.uuid4().hex[:10]
-        prefixes.append(f"gwtest-{tag}.")
-        scoped_kafka = stack.kafka.model_copy(
-            update={
-                "topic_prefix": prefixes[-1],
-                "partitions": partitions,
-                "app_id": f"gwtest-app-{tag}",
-            }
-        )
-        scoped = stack.model_copy(update={"kafka": scoped_kafka})
-        groups.append(scoped_kafka.app_id)
-        rows = create_topics(scoped)
-        assert all(row.ok for row in rows), rows
-        return scoped
-
-    yield scope
-    admin = kafka.admin(stack.kafka)
-    try:
-        names = [n for n in admin.list_topics() if any(n.startswith(p) for p in prefixes)]
-        if names:
-            admin.delete_topics(names)
-        known = {g["group_id"] for g in admin.list_groups()}
-        if gone := [g for g in groups if g in known]:
-            admin.delete_groups(gone)  # the workers have stopped: the groups are empty
-    finally:
-        admin.close()
 
 
 def spawn_worker(

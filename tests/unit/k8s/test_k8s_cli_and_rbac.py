@@ -5,22 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from support.kube import granted
 
 from gpuwatch.cli.main import _overrides, build_parser
 from gpuwatch.config import load_settings
-from producers.k8s.client import KubernetesApi
-from producers.k8s.watcher import K8sWatcher
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import WatcherSettings
 
-RBAC = Path(__file__).parents[3] / "deploy" / "rbac" / "k8s-watcher.yaml"
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 
 
@@ -126,39 +119,8 @@ def test_a_missing_kubeconfig_is_a_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def rules() -> list[dict[str, Any]]:
-    documents = list(yaml.safe_load_all(RBAC.read_text(encoding="utf-8")))
-    by_kind = {d["kind"]: d for d in documents}
-    account, role, binding = (
-        by_kind["ServiceAccount"],
-        by_kind["ClusterRole"],
-        by_kind["ClusterRoleBinding"],
-    )
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": role["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": account["metadata"]["name"],
-            "namespace": account["metadata"]["namespace"],
-        }
-    ]
-    found: list[dict[str, Any]] = role["rules"]
-    return found
-
-
 def test_the_cluster_role_only_reads() -> None:
-    granted = {
-        (g, r, v)
-        for rule in rules()
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
-    assert granted == {
+    assert granted() == {
         ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
@@ -168,49 +130,3 @@ def test_the_cluster_role_only_reads() -> None:
         ("apps", "replicasets", "get"),
         ("batch", "jobs", "get"),
     }
-
-
-def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
-    granted = {
-        (g, r, v)
-        for rule in rules()
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
-    groups = {"/api/v1": "", "/apis/apps/v1": "apps", "/apis/batch/v1": "batch"}
-    with FakeApiServer(bookmark_interval_s=0.1) as server:
-        server.create(
-            "pods", m.gpu_pod("w", "ml", created=time.time(), owner=("ReplicaSet", "web-1"))
-        )
-        server.create("pods", m.gpu_pod("j", "ml", created=time.time(), owner=("Job", "train")))
-        api = KubernetesApi.for_host(server.url)
-        watcher = K8sWatcher(
-            api,
-            WatcherSettings(namespaces=("ml",)),
-            emit_pod=lambda _: None,
-            emit_node=lambda _: None,
-        )
-        watcher.start()
-        try:
-            wait(lambda: watcher.synced and server.open_watches() == 2, "the watches")
-        finally:
-            watcher.stop()
-            api.close()
-    used = set()
-    for request in server.requests:
-        prefix = next(p for p in groups if request.path.startswith(p + "/"))
-        parts = request.path[len(prefix) + 1 :].split("/")
-        if parts[0] == "namespaces":
-            parts = parts[2:]
-        verb = "watch" if request.watch else ("get" if len(parts) > 1 else "list")
-        used.add((groups[prefix], parts[0], verb))
-    assert used == {
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "nodes", "list"),
-        ("", "nodes", "watch"),
-        ("apps", "replicasets", "get"),
-        ("batch", "jobs", "get"),
-    }
-    assert used <= granted

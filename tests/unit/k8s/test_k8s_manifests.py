@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
@@ -16,16 +17,9 @@ Fixture = Callable[[str], dict[str, Any]]
 T0 = 1_741_079_551.0
 GPUS = GpuResources.of(["nvidia.com/gpu"], ["nvidia.com/mig-"])
 MAPS = {"labels", "annotations", "limits", "requests", "capacity", "allocatable"}
-POD_FIXTURES = [
-    "pod-running",
-    "pod-pending-unschedulable",
-    "pod-image-pull-backoff",
-    "pod-crashloop-oomkilled",
-    "pod-oomkilled-failed",
-    "pod-job-completed",
-    "pod-evicted",
-]
-NODE_FIXTURES = ["node-gpu-h100-ready", "node-mig-mixed-cordoned-notready", "node-cpu-only"]
+RECORDED = Path(__file__).parent / "fixtures"
+POD_FIXTURES = sorted(p.stem for p in RECORDED.glob("pod-*.json"))  # every recorded pod
+NODE_FIXTURES = sorted(p.stem for p in RECORDED.glob("node-*.json"))
 
 
 def paths(value: Any, prefix: str = "") -> Iterator[str]:

@@ -7,11 +7,11 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from reading_fixtures import device
 
 from producers.agent.loop import NodeAgent
 from producers.agent.readings import (
     DeviceAllocation,
-    DeviceReading,
     PodRef,
     ProcessReading,
     ReadResult,
@@ -43,23 +43,7 @@ class FakeClock:
         self.mono += seconds
 
 
-READING = DeviceReading(
-    uuid=GPU,
-    index=0,
-    model="NVIDIA H100 80GB HBM3",
-    parent_uuid=None,
-    mig_profile=None,
-    mig_enabled=False,
-    util_pct=90.0,
-    mem_util_pct=30.0,
-    mem_used_bytes=1 << 30,
-    mem_total_bytes=80 << 30,
-    power_w=600.0,
-    temp_c=60,
-    xid_errors=(),
-    ecc_dbe=0,
-    processes=(ProcessReading(4242, 1 << 30, 90.0),),
-)
+READING = device(GPU, 0, processes=(ProcessReading(4242, 1 << 30, 90.0),))
 
 
 class FakeReader:

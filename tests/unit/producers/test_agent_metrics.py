@@ -4,28 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.empty_node import empty_node_agent
 
-from producers.agent.loop import NodeAgent
 from producers.agent.metrics import AgentCollector
 from producers.agent.outbox import Entry
 from producers.agent.publisher import Done, Publisher
-from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
-
-
-class NoGpus:
-    def read(self) -> ReadResult:
-        return ReadResult(())
-
-    def close(self) -> None:
-        return None
-
-
-class NoPods:
-    def resolve(self, pid: int) -> PodRef | None:
-        return None
-
-    def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
-        return None
 
 
 class HoldingSender:
@@ -56,15 +39,7 @@ def scrape(registry: CollectorRegistry) -> dict[str, tuple[str, dict[str, str], 
 def test_the_collector_reports_each_figure_with_the_node_label() -> None:
     sender = HoldingSender()
     publisher = Publisher(sender, max_buffer_bytes=1000)
-    pods = NoPods()
-    agent = NodeAgent(
-        node="gpu-node-17",
-        reader=NoGpus(),
-        resolver=pods,
-        allocations=pods,
-        publish=publisher.publish,
-        interval_s=1.0,
-    )
+    agent = empty_node_agent("gpu-node-17", publisher.publish)
     for _ in range(3):
         agent.tick()
     agent.stats.skipped_ticks = 4
@@ -105,10 +80,7 @@ def test_values_are_read_at_scrape_time() -> None:
         queued.append(len(key) + len(value))
         publisher.publish(key, value)
 
-    pods = NoPods()
-    agent = NodeAgent(
-        node="n1", reader=NoGpus(), resolver=pods, allocations=pods, publish=publish, interval_s=1.0
-    )
+    agent = empty_node_agent("n1", publish)
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent, publisher))
     before = scrape(registry)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from reading_fixtures import GIB, GPU_X, device
 
 from producers.agent.assemble import (
     SharingConfig,
@@ -27,34 +26,11 @@ from schemas.export import JSON_DIR
 from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import NvmlSample
 
-GPU_X = GpuUuid("GPU-8f3c6a1e-58d2-8a34-1b2c-9d0e7f6a5b4c")
 GPU_Y = GpuUuid("GPU-1c2d3e4f-5a6b-7c8d-9e0f-a1b2c3d4e5f6")
 MIG_1 = GpuUuid("MIG-4f0c2d9a-7b61-5e3a-9c8d-2b1a0f9e8d7c")
 POD_A = PodUid("6f1c0e2a-1111-4a2b-9c3d-000000000001")
 POD_B = PodUid("6f1c0e2a-2222-4a2b-9c3d-000000000002")
-GIB = 1 << 30
 NONE: set[GpuUuid] = set()
-
-
-def device(uuid: GpuUuid = GPU_X, index: int = 0, *pids: int, **changes: Any) -> DeviceReading:
-    base = DeviceReading(
-        uuid=uuid,
-        index=index,
-        model="NVIDIA H100 80GB HBM3",
-        parent_uuid=None,
-        mig_profile=None,
-        mig_enabled=False,
-        util_pct=87.0,
-        mem_util_pct=41.0,
-        mem_used_bytes=60 * GIB,
-        mem_total_bytes=80 * GIB,
-        power_w=512.3,
-        temp_c=61,
-        xid_errors=(),
-        ecc_dbe=0,
-        processes=tuple(ProcessReading(pid, GIB * pid, 10.0) for pid in pids),
-    )
-    return replace(base, **changes)
 
 
 def mig_instance() -> DeviceReading:

@@ -10,29 +10,10 @@ from producers.simulate.runner import SimulationSummary
 
 
 def test_the_flags_reach_the_options() -> None:
-    args = build_parser().parse_args(
-        [
-            "simulate",
-            "--scenario",
-            "fleet",
-            "--speed",
-            "10",
-            "--duration",
-            "60",
-            "--until",
-            "3600",
-            "--nodes",
-            "5",
-            "--gpus-per-node",
-            "4",
-            "--seed",
-            "3",
-            "--epoch",
-            "2025-11-29T10:00:00Z",
-            "--interval",
-            "2",
-        ]
-    )
+    argv = ["simulate", "--scenario", "fleet", "--speed", "10", "--duration", "60"]
+    argv += ["--until", "3600", "--nodes", "5", "--gpus-per-node", "4", "--seed", "3"]
+    argv += ["--epoch", "2025-11-29T10:00:00Z", "--interval", "2"]
+    args = build_parser().parse_args(argv)
 
     assert (args.scenario, args.speed, args.duration, args.until_s) == ("fleet", 10.0, 60.0, 3600.0)
     assert (args.sim_nodes, args.gpus_per_node, args.sim_seed) == (5, 4, 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from test_metrics_fixtures import (
+from support.metric_records import (
     T0,
     S,
     alert,

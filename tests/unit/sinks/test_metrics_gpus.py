@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_metrics_fixtures import T0, Clock, S, gpu, sample, series, value, window, worker
+from support.metric_records import T0, Clock, S, gpu, sample, series, value, window, worker
 
 
 def labels(uuid: str, node: str = "n1") -> dict[str, str]:

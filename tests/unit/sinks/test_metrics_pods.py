@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_metrics_fixtures import (
+from support.metric_records import (
     POD,
     T0,
     Clock,

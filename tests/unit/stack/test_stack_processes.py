@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import free_port, holds_within, wait_until
+from support import holds_within, wait_until
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import kafka, manager, processes
+from gpuwatch.stack import kafka, processes
 from gpuwatch.stack.service import StackError, StackPaths
 
 
@@ -222,21 +222,3 @@ def test_kafka_needs_maven_only_until_jars_are_fetched(tmp_path: Path) -> None:
     (lib / f"kafka_2.13-{settings.stack.kafka_version}.jar").write_bytes(b"")
     service.check()  # jars are there: no Maven needed
     assert service.java == java
-
-
-def test_up_without_binaries_starts_nothing(tmp_path: Path) -> None:
-    settings = load_settings(
-        env={},
-        overrides={
-            "stack.state_dir": tmp_path / "state",
-            "stack.cache_dir": tmp_path / "cache",
-            "stack.kafka_port": free_port(),
-            "stack.kafka_controller_port": free_port(),
-            "stack.redis_port": free_port(),
-            "stack.prometheus_port": free_port(),
-        },
-    )
-    with pytest.raises(StackError) as caught:
-        manager.up(settings, which=lambda _: None)
-    assert "`java` is not installed or not on PATH; run `make install`" in str(caught.value)
-    assert not list((tmp_path / "state").rglob("*.pid"))

@@ -196,7 +196,7 @@ def mutated(name: str) -> Iterator[None]:
         patch.setattr(ticks.SourceWatermarks, "update", update)
     elif name == "inputs applied as they come":
 
-        def apply_now(self: Any, item: Any, out: Any) -> None:
+        def apply_now(self: Any, source: Any, item: Any, out: Any) -> None:
             c = self.config
             uid = item.event.uid if item.event is not None else item.usage.uid
             before = self.pods.get(uid)
@@ -211,10 +211,10 @@ def mutated(name: str) -> Iterator[None]:
     elif name == "pod events move the watermark":
         original_input = pod.PodPartition._input
 
-        def moved(self: Any, item: Any, out: Any) -> None:
+        def moved(self: Any, source: Any, item: Any, out: Any) -> None:
             if item.event is not None and self.sources.value is not None:
                 self.sources.value = max(self.sources.value, item.key)
-            original_input(self, item, out)
+            original_input(self, source, item, out)
 
         patch.setattr(pod.PodPartition, "_input", moved)
     else:

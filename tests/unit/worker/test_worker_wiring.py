@@ -1,13 +1,9 @@
-"""The worker's wiring without Kafka: broker credentials, names, the bounded stop."""
+"""The worker's wiring without Kafka: broker credentials, names."""
 
 from __future__ import annotations
 
-import threading
-
-import pytest
 from pydantic import SecretStr
 
-from gpuwatch.run import worker
 from schemas.settings import KafkaSettings, Settings
 from streams.faust.app import changelog_topic_names
 from streams.faust.clients import aiokafka_options, credentials
@@ -41,13 +37,3 @@ def test_internal_topics_carry_the_prefix_and_the_app_id() -> None:
         "replay-1.gw-replay.node-state.changelog",
         "replay-1.gw-replay.pod-state.changelog",
     )
-
-
-def test_a_stop_that_hangs_ends_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    forced = threading.Event()
-    stopped: list[bool] = []
-    monkeypatch.setattr(worker, "STOP_TIMEOUT_S", 0.01)
-    monkeypatch.setattr(worker, "_force_exit", forced.set)
-    worker._bounded(lambda: stopped.append(True))()
-    assert stopped == [True]
-    assert forced.wait(5)

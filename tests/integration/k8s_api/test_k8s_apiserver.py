@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from support.kube import controlled
 
 from producers.k8s.api import ApiError, Collection, Disconnected, Expired
 from producers.k8s.client import KubernetesApi
@@ -213,24 +214,7 @@ def test_injected_failures_are_http_errors(apiserver: FakeApiServer, kube: Kuber
 
 
 def test_owners_are_read_by_name(apiserver: FakeApiServer, kube: KubernetesApi) -> None:
-    apiserver.create(
-        "replicasets",
-        {
-            "metadata": {
-                "name": "web-7d9c",
-                "namespace": "ml",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "name": "web",
-                        "uid": "d1",
-                        "controller": True,
-                    }
-                ],
-            }
-        },
-    )
+    apiserver.create("replicasets", controlled("web-7d9c", ("apps/v1", "Deployment", "web"), "d1"))
     body = kube.get_controller("ReplicaSet", "ml", "web-7d9c")
     assert body is not None
     assert json.loads(body)["metadata"]["ownerReferences"][0]["name"] == "web"

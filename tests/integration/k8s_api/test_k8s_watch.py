@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from support.kube import controlled
 
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
@@ -286,42 +287,8 @@ def test_one_watch_per_namespace(
 def test_owners_resolve_through_the_api(
     apiserver: FakeApiServer, start: Start, recorder: Recorder, wait: Any
 ) -> None:
-    apiserver.create(
-        "replicasets",
-        {
-            "metadata": {
-                "name": "web-7d9c",
-                "namespace": "ml",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "name": "web",
-                        "uid": "d1",
-                        "controller": True,
-                    }
-                ],
-            }
-        },
-    )
-    apiserver.create(
-        "jobs",
-        {
-            "metadata": {
-                "name": "nightly-1",
-                "namespace": "ml",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "CronJob",
-                        "name": "nightly",
-                        "uid": "c1",
-                        "controller": True,
-                    }
-                ],
-            }
-        },
-    )
+    apiserver.create("replicasets", controlled("web-7d9c", ("apps/v1", "Deployment", "web"), "d1"))
+    apiserver.create("jobs", controlled("nightly-1", ("batch/v1", "CronJob", "nightly"), "c1"))
     apiserver.create("pods", m.gpu_pod("w", "ml", created=T0, owner=("ReplicaSet", "web-7d9c")))
     apiserver.create("pods", m.gpu_pod("n", "ml", created=T0, owner=("Job", "nightly-1")))
     apiserver.create("pods", m.gpu_pod("j", "ml", created=T0, owner=("Job", "gone")))

@@ -1,11 +1,14 @@
-"""Builders of the records WorkerMetrics reads, a settable clock, and readers of its values."""
+"""Builders of the records WorkerMetrics reads, a settable clock, and readers of its values
+and of its text exposition."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
@@ -100,3 +103,39 @@ def alert(fingerprint: str = "f1", status: str = "firing", ts: int = T0) -> Aler
     """The example GpuIdleAllocated alert."""
     raw = example("gpuwatch.alert/v1") | {"fingerprint": fingerprint, "status": status, "ts": ts}
     return msgspec.convert(raw, Alert)
+
+
+Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
+
+
+def parsed(text: bytes) -> Samples:
+    """(name, sorted labels, value) of every sample of a text exposition."""
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in text_string_to_metric_families(text.decode())
+        for s in family.samples
+    }
+
+
+def populated() -> WorkerMetrics:
+    """A worker with a value in every family, and label values that need escaping."""
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(to="queued", ts=T0, pod='we"ird\\pod'))
+    metrics.observe_lifecycle(lifecycle("u2", to="running", ts=T0 + 30 * S))
+    metrics.observe_usage(usage("u2", ts=T0 + 30 * S))
+    metrics.observe_attribution(attribution("u2", start=T0))
+    metrics.observe_gpu_window(window("GPU-1", T0))
+    metrics.observe_sample(sample("n1", T0, [gpu("GPU-1", 3.0, pods=("x",))], {"u2": ["GPU-1"]}))
+    metrics.observe_alert(alert())
+    metrics.count_event("gpuwatch.nvml.samples", 3)
+    metrics.count_deadletter("gpuwatch.k8s.pods", "schema")
+    metrics.set_lag(2.5)
+    return metrics
+
+
+def pods(n: int, to: str = "running") -> Iterator[PodLifecycle]:
+    """Transitions of n distinct pods, built once from the example."""
+    first = lifecycle(to=to)
+    for i in range(n):
+        yield PodLifecycle(**{**{f: getattr(first, f) for f in first.__struct_fields__},
+                              "uid": f"uid-{i}", "pod": f"job-{i}", "ts": T0 + i})  # fmt: skip

@@ -58,11 +58,6 @@ def settings() -> Settings:
     return load_settings(env={}, overrides={"kafka.topic_prefix": "sim-offline."})
 
 
-@pytest.fixture(autouse=True)
-def _no_thread_left(no_thread_left: None) -> None:
-    """Every test here: no thread left running (tests/conftest.py)."""
-
-
 def last_by_name(pods: list[K8sPod]) -> dict[str, K8sPod]:
     return {pod.name: pod for pod in pods}
 

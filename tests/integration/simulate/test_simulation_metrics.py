@@ -63,11 +63,6 @@ def settings() -> Settings:
     )
 
 
-@pytest.fixture(autouse=True)
-def _no_thread_left(no_thread_left: None) -> None:
-    """Every test here: no thread left running (tests/conftest.py)."""
-
-
 def scrape(port: int) -> tuple[str, Series]:
     """The exposition text and its samples: (name, sorted labels) -> value."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:

@@ -1,0 +1,31 @@
+"""A node with nothing on it, for node agent tests that count ticks and samples: no GPUs
+to read, no pod to name, and an agent of it."""
+
+from __future__ import annotations
+
+from producers.agent.loop import NodeAgent, Publish
+from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
+
+
+class NoGpus:
+    def read(self) -> ReadResult:
+        return ReadResult(())
+
+    def close(self) -> None:
+        return None
+
+
+class NoPods:
+    def resolve(self, pid: int) -> PodRef | None:
+        return None
+
+    def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
+        return None
+
+
+def empty_node_agent(node: str, publish: Publish) -> NodeAgent:
+    """The agent of `node`, a node with no GPUs and no pods, ticking every second."""
+    pods = NoPods()
+    return NodeAgent(
+        node=node, reader=NoGpus(), resolver=pods, allocations=pods, publish=publish, interval_s=1.0
+    )
