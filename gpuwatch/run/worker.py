@@ -111,7 +111,7 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
     writer = redis_writer(settings, sinks.live)
     writer.start()
     try:
-        runtime = build(settings, options, sinks.hooks(), counters)
+        runtime = build(settings, options, sinks, counters)
         return _execute(runtime, settings, loglevel, writer)
     finally:
         writer.stop()

@@ -1,8 +1,9 @@
 """The worker's sinks: its /metrics fed as records are made, and Redis fed from the topics.
 
 Metrics: the processors hand each value they emit, and each sample and pod usage, to
-`WorkerSinks` (`streams.faust.app.LiveHooks`), so a worker exports the pods and GPUs of its own
-partitions and sums over workers count each once (sinks/prometheus/metrics.py).
+`WorkerSinks` (the worker's `streams.faust.app.LiveHooks`), so a worker exports the pods and
+GPUs of its own partitions and sums over workers count each once
+(sinks/prometheus/metrics.py).
 
 Redis: `redis_writer` is the worker's `RedisWriter` (sinks/redis/writer.py) on kafka-python's
 consumer (`gpuwatch.kafka`): the derived topics into Redis, at least once, in a thread.
@@ -28,7 +29,6 @@ from sinks.prometheus.metrics import PipelineCounts, WorkerMetrics
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.sink import RedisSink
 from sinks.redis.writer import KafkaClient, RedisWriter, redis_group
-from streams.faust.app import LiveHooks
 from streams.processors.outputs import Counters
 
 __all__ = [
@@ -80,15 +80,6 @@ class WorkerSinks:
         self.live = LiveGpus(settings.rules.idle_util_pct)
         self._wall = wall
 
-    def hooks(self) -> LiveHooks:
-        """What `streams.faust.app.build` takes."""
-        return LiveHooks(
-            on_record=self.on_record,
-            on_sample=self.on_sample,
-            on_usage=self.on_usage,
-            on_revoked=self.forget,
-        )
-
     def on_record(self, value: Any) -> None:
         """A value a processor emitted; the kinds the metrics show are counted."""
         m = self.metrics
@@ -111,6 +102,6 @@ class WorkerSinks:
         """A pod usage processed: the pod's live share and VRAM."""
         self.metrics.observe_usage(usage)
 
-    def forget(self, pods: list[str], nodes: list[str]) -> None:
+    def on_revoked(self, pods: list[str], nodes: list[str]) -> None:
         """Partitions left this worker: their pods' and nodes' series go (the new owner's come)."""
         self.metrics.forget(pods=pods, nodes=nodes)

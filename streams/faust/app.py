@@ -16,10 +16,9 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from faust.types import TP
 
@@ -71,18 +70,20 @@ class WorkerOptions:
     """Faust's data directory (nothing is stored there with memory tables); None: a new temp dir."""
 
 
-@dataclass(frozen=True)
-class LiveHooks:
+class LiveHooks(Protocol):
     """What the processors tell the sinks as it happens (the metrics, live GPU state)."""
 
-    on_record: Callable[[Any], None]
-    """Each derived value this worker emits (lifecycle, attribution, windows, alerts...)."""
-    on_sample: Callable[[NvmlSample], None]
-    """Each new node sample processed."""
-    on_usage: Callable[[PodUsage], None]
-    """Each pod usage processed."""
-    on_revoked: Callable[[list[str], list[str]], None] = lambda pods, nodes: None
-    """Pod uids and node names whose partitions left this worker."""
+    def on_record(self, value: Any) -> None:
+        """Each derived value this worker emits (lifecycle, attribution, windows, alerts...)."""
+
+    def on_sample(self, sample: NvmlSample) -> None:
+        """Each new node sample processed."""
+
+    def on_usage(self, usage: PodUsage) -> None:
+        """Each pod usage processed."""
+
+    def on_revoked(self, pods: list[str], nodes: list[str]) -> None:
+        """Pod uids and node names whose partitions left this worker."""
 
 
 def changelog_topic_names(settings: Settings) -> tuple[str, str]:
