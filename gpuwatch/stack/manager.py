@@ -58,7 +58,7 @@ def daemons(settings: Settings, which: Which = shutil.which) -> list[Daemon]:
     """The services of the stack, in the order they are reported."""
     paths = StackPaths.of(settings.stack.state_dir)
     services = (kafka.KafkaService, redis.RedisService, prometheus.PrometheusService)
-    return [service(settings, paths, which).daemon() for service in services]
+    return [service(settings, paths, which) for service in services]
 
 
 def up(

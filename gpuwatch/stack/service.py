@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 ServiceName = Literal["kafka", "redis", "prometheus"]
 ServiceState = Literal["up", "down", "external", "starting"]
@@ -66,8 +66,7 @@ class StackPaths:
         return self.root / "run" / "stack.lock"
 
 
-@dataclass(frozen=True)
-class Daemon:
+class Daemon(Protocol):
     """How to check, prepare, start and probe one service of the stack.
 
     `check` raises StackError when a binary or a file the service needs is missing;
@@ -76,26 +75,45 @@ class Daemon:
     at most), which is what both `up` and `status` mean by "up".
     """
 
-    name: ServiceName
-    port: int
-    check: Callable[[], None]
-    prepare: Callable[[Progress], list[str]]
-    probe: Callable[[], bool]
-    workdir: Path
-    extra_ports: tuple[int, ...] = ()
-    stop_timeout_s: float = 10.0
+    @property
+    def name(self) -> ServiceName:
+        """The service."""
+
+    @property
+    def port(self) -> int:
+        """Its listener's port."""
+
+    @property
+    def extra_ports(self) -> tuple[int, ...]:
+        """Other ports it listens on (Kafka's controller)."""
+
+    @property
+    def workdir(self) -> Path:
+        """Its data and rendered configuration; the process's working directory."""
+
+    @property
+    def stop_timeout_s(self) -> float:
+        """Seconds between SIGTERM and SIGKILL."""
 
     @property
     def address(self) -> str:
         """host:port of the service's listener."""
-        return f"{HOST}:{self.port}"
+
+    def check(self) -> None:
+        """A StackError when a binary or a file the service needs is missing."""
+
+    def prepare(self, progress: Progress) -> list[str]:
+        """Fetch, render and format what the service needs; its command line."""
+
+    def probe(self) -> bool:
+        """Whether the service answers now (a few seconds at most)."""
 
 
 class LocalService(ABC):
-    """One service of the stack in one state directory, as `Daemon` asks for it.
+    """One service of the stack in one state directory: a `Daemon` for the manager.
 
     A subclass names the service, its ports and its stop timeout, and says how to
-    check, prepare and probe it; `daemon` hands these to the manager.
+    check, prepare and probe it.
     """
 
     name: ClassVar[ServiceName]
@@ -109,6 +127,16 @@ class LocalService(ABC):
         self.extra_ports = extra_ports
         self.home = paths.service_dir(self.name)
 
+    @property
+    def workdir(self) -> Path:
+        """Data and rendered configuration of the service (its working directory)."""
+        return self.home
+
+    @property
+    def address(self) -> str:
+        """host:port of the service's listener."""
+        return f"{HOST}:{self.port}"
+
     @abstractmethod
     def check(self) -> None:
         """A StackError when a binary or a file the service needs is missing."""
@@ -120,19 +148,6 @@ class LocalService(ABC):
     @abstractmethod
     def probe(self) -> bool:
         """Whether the service answers now (a few seconds at most)."""
-
-    def daemon(self) -> Daemon:
-        """The service as the manager starts, waits for and stops it."""
-        return Daemon(
-            name=self.name,
-            port=self.port,
-            extra_ports=self.extra_ports,
-            check=self.check,
-            prepare=self.prepare,
-            probe=self.probe,
-            workdir=self.home,
-            stop_timeout_s=self.stop_timeout_s,
-        )
 
 
 def format_table(statuses: Sequence[ServiceStatus]) -> str:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from support import free_port
+from support.daemons import FakeDaemon
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import manager
 from gpuwatch.stack.ports import describe_port_holder, port_holder, port_in_use
-from gpuwatch.stack.service import Daemon, StackError, StackPaths
+from gpuwatch.stack.service import StackError, StackPaths
 from schemas.settings import Settings
 
 
@@ -49,11 +50,11 @@ def test_description_names_port_and_pid(listener: int) -> None:
     assert "not started by gpuwatch" in text
 
 
-def _daemon(tmp_path: Path, port: int, answers: bool) -> Daemon:
+def _daemon(tmp_path: Path, port: int, answers: bool) -> FakeDaemon:
     def fail_prepare(_: object) -> list[str]:
         raise AssertionError("must not prepare a service whose port is taken")
 
-    return Daemon(
+    return FakeDaemon(
         name="redis",
         port=port,
         check=lambda: None,

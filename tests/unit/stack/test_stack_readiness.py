@@ -6,14 +6,15 @@ import time
 from pathlib import Path
 
 import pytest
+from support.daemons import FakeDaemon
 
 from gpuwatch.config import load_settings
 from gpuwatch.stack import kafka, manager, processes
-from gpuwatch.stack.service import Daemon, StackError, StackPaths
+from gpuwatch.stack.service import StackError, StackPaths
 
 
-def _daemon(tmp_path: Path, answers: bool) -> Daemon:
-    return Daemon(
+def _daemon(tmp_path: Path, answers: bool) -> FakeDaemon:
+    return FakeDaemon(
         name="prometheus",
         port=1,
         check=lambda: None,
