@@ -30,6 +30,7 @@ __all__ = [
     "PRECISION",
     "GpuIntegrals",
     "NodePrices",
+    "PodGpuIntegrals",
     "PodIntegrals",
     "PriceBook",
     "SampleIntegrals",
@@ -69,7 +70,26 @@ def share_mean(used_gpu_seconds: float, share_seconds: float) -> float | None:
     return None
 
 
-class PodIntegrals(msgspec.Struct, frozen=True, gc=False):
+class PodGpuIntegrals(msgspec.Struct, kw_only=True, gc=False):
+    """A pod's integrals on one GPU: the fields every per-pod total keeps, declared once.
+
+    Each interval's `PodIntegrals`, the node side's pending usage (`usage.GpuUsageAcc`) and
+    the pod side's open windows (`pod_state.GpuTotals`) extend it. Stored states name their
+    keys, so a state written with the fields in another order decodes the same.
+    """
+
+    allocated_seconds: float = 0.0
+    used_gpu_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    vram_byte_seconds: float = 0.0
+    vram_peak_bytes: int = 0
+    energy_joules: float = 0.0
+    cost_usd: float = 0.0
+    waste_usd: float = 0.0
+
+
+# msgspec lets a frozen Struct extend a mutable one; mypy applies the dataclass rule.
+class PodIntegrals(PodGpuIntegrals, frozen=True, kw_only=True, gc=False):  # type: ignore[misc]
     """One pod on one GPU over one interval (or a piece of one).
 
     `share_seconds` is the time its share was known (the weight of `share_mean`); `idle` its
@@ -77,15 +97,7 @@ class PodIntegrals(msgspec.Struct, frozen=True, gc=False):
     """
 
     uid: PodUid
-    allocated_seconds: float
-    used_gpu_seconds: float
     share_seconds: float
-    idle_seconds: float
-    vram_byte_seconds: float
-    vram_peak_bytes: int
-    energy_joules: float
-    cost_usd: float
-    waste_usd: float
     method: AttributionMethod
     idle: bool | None
 
@@ -126,18 +138,18 @@ def integrate(
         idle = pod.idle
         pods.append(
             PodIntegrals(
-                pod.uid,
-                seconds * af,
-                0.0 if share is None else seconds * share,
-                0.0 if share is None else seconds,
-                seconds * af if idle else 0.0,
-                vram * seconds,
-                vram,
-                gpu_energy * (af if share is None else share),
-                cost,
-                cost if idle else 0.0,
-                pod.method,
-                idle,
+                uid=pod.uid,
+                allocated_seconds=seconds * af,
+                used_gpu_seconds=0.0 if share is None else seconds * share,
+                share_seconds=0.0 if share is None else seconds,
+                idle_seconds=seconds * af if idle else 0.0,
+                vram_byte_seconds=vram * seconds,
+                vram_peak_bytes=vram,
+                energy_joules=gpu_energy * (af if share is None else share),
+                cost_usd=cost,
+                waste_usd=cost if idle else 0.0,
+                method=pod.method,
+                idle=idle,
             )
         )
     util = split.util
@@ -170,18 +182,18 @@ def scaled(gpu: GpuIntegrals, fraction: float) -> GpuIntegrals:
     f = fraction
     pods = tuple(
         PodIntegrals(
-            p.uid,
-            p.allocated_seconds * f,
-            p.used_gpu_seconds * f,
-            p.share_seconds * f,
-            p.idle_seconds * f,
-            p.vram_byte_seconds * f,
-            p.vram_peak_bytes,
-            p.energy_joules * f,
-            p.cost_usd * f,
-            p.waste_usd * f,
-            p.method,
-            p.idle,
+            uid=p.uid,
+            allocated_seconds=p.allocated_seconds * f,
+            used_gpu_seconds=p.used_gpu_seconds * f,
+            share_seconds=p.share_seconds * f,
+            idle_seconds=p.idle_seconds * f,
+            vram_byte_seconds=p.vram_byte_seconds * f,
+            vram_peak_bytes=p.vram_peak_bytes,
+            energy_joules=p.energy_joules * f,
+            cost_usd=p.cost_usd * f,
+            waste_usd=p.waste_usd * f,
+            method=p.method,
+            idle=p.idle,
         )
         for p in gpu.pods
     )

@@ -17,6 +17,7 @@ from schemas.fields import AttributionMethod, LifecycleState, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_pod import K8sPod, Owner
 from schemas.pod_usage import PodUsage
+from streams.core.integrals import PodGpuIntegrals
 
 __all__ = [
     "GpuTotals",
@@ -44,21 +45,14 @@ class _State(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     """Base of the stored structs: frozen, keyword-only, lenient about unknown fields."""
 
 
-class GpuTotals(_State, frozen=True, kw_only=True):
+# msgspec lets a frozen Struct extend a mutable one; mypy applies the dataclass rule.
+class GpuTotals(_State, PodGpuIntegrals, frozen=True, kw_only=True):  # type: ignore[misc]
     """One GPU's integrals for the pod within one open window."""
 
     uuid: GpuUuid
     model: str
     sharing: Sharing
     method: AttributionMethod
-    allocated_seconds: float = 0.0
-    used_gpu_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    vram_byte_seconds: float = 0.0
-    vram_peak_bytes: int = 0
-    energy_joules: float = 0.0
-    cost_usd: float = 0.0
-    waste_usd: float = 0.0
 
 
 class OpenWindow(_State, frozen=True, kw_only=True):

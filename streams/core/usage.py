@@ -30,7 +30,13 @@ from schemas.fields import AttributionMethod, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
 from schemas.pod_usage import GpuUsage, PodUsage
-from streams.core.integrals import PRECISION, PodIntegrals, SampleIntegrals, share_mean
+from streams.core.integrals import (
+    PRECISION,
+    PodGpuIntegrals,
+    PodIntegrals,
+    SampleIntegrals,
+    share_mean,
+)
 from streams.core.windows import Part, split_interval, window_start
 
 __all__ = ["FLUSH_MS", "GpuUsageAcc", "PendingUsage", "PodTrack", "UsageAggregator"]
@@ -39,22 +45,14 @@ FLUSH_MS = 10_000  # 10 samples a message at 1 Hz (DESIGN: an order of magnitude
 _SCHEMA: Final = "gpuwatch.pod.usage/v1"
 
 
-class GpuUsageAcc(msgspec.Struct, gc=False):
+class GpuUsageAcc(PodGpuIntegrals, kw_only=True, gc=False):
     """One GPU's integrals for one pod within a pending message."""
 
     uuid: GpuUuid
     model: str
     sharing: Sharing
     method: AttributionMethod
-    allocated_seconds: float = 0.0
-    used_gpu_seconds: float = 0.0
     share_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    vram_byte_seconds: float = 0.0
-    vram_peak_bytes: int = 0
-    energy_joules: float = 0.0
-    cost_usd: float = 0.0
-    waste_usd: float = 0.0
 
     def add(self, p: PodIntegrals, f: float) -> None:
         """Add fraction `f` of one interval's integrals (peaks whole)."""
@@ -222,7 +220,9 @@ class UsageAggregator:
             for gpu, pod in items:
                 acc = gpus.get(gpu.uuid)
                 if acc is None:
-                    acc = gpus[gpu.uuid] = GpuUsageAcc(gpu.uuid, gpu.model, gpu.sharing, pod.method)
+                    acc = gpus[gpu.uuid] = GpuUsageAcc(
+                        uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
+                    )
                 acc.add(pod, part.fraction)
             pending.end_ts = part.end_ms
             pending.samples += 1
