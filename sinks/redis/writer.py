@@ -70,6 +70,7 @@ class Consumer(Protocol):
     `topic` and `partition`), handed back to it as they came.
     """
 
+    def partitions_for_topic(self, topic: str) -> set[int]: ...
     def subscribe(self, topics: list[str]) -> None: ...
     def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[Message]]: ...
     def commit(self) -> None: ...
@@ -170,6 +171,12 @@ class RedisWriter:
                 fetch_min_bytes=FETCH_MIN_BYTES,
                 fetch_max_wait_ms=FETCH_WAIT_MS,
             )
+            # The derived topics' metadata before joining the group. The first assignment
+            # is made from what the client knows when it joins, and metadata that arrives
+            # during the join counts as assigned: a topic unknown then stayed unassigned
+            # until the client's next metadata change (minutes; Redis stood still).
+            for topic in self.topics:
+                consumer.partitions_for_topic(topic)
             consumer.subscribe(self.topics)
         except self._kafka.error as exc:
             self.error = exc

@@ -268,6 +268,7 @@ class FlakyConsumer(FakeConsumer):
         super().__init__(batches)
         self.polls = 0
         self._stop_after = stop
+        self.calls: list[str] = []
 
     def poll(self, timeout_ms: int) -> dict[TP, list[Msg]]:
         self.polls += 1
@@ -277,8 +278,12 @@ class FlakyConsumer(FakeConsumer):
             self._stop_after()
         return super().poll(timeout_ms)
 
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        self.calls.append(f"metadata {topic}")
+        return {0}
+
     def subscribe(self, topics: list[str]) -> None:
-        pass
+        self.calls.append("subscribe")
 
     def close(self) -> None:
         pass
@@ -293,3 +298,15 @@ def test_a_kafka_error_in_the_writers_loop_is_retried_not_the_end_of_it() -> Non
     assert w.error is None
     assert w.kafka_errors == 1
     assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["b"]]  # type: ignore[union-attr]
+
+
+def test_the_writer_knows_its_topics_before_it_joins_the_group() -> None:
+    # kafka-python assigns from the metadata it has when it joins; topics it learns of
+    # during the join were left unassigned until its next metadata change.
+    redis = FakeRedis()
+    kafka = replace(worker_sinks.KAFKA, consumer=lambda *_, **__: consumer)
+    w = RedisWriter(SETTINGS, LiveGpus(5.0), kafka=kafka, redis_sink=cast(RedisSink, redis))
+    consumer = FlakyConsumer([msgs("a")], stop=w._stop.set)
+    w._run()
+    assert consumer.calls == [*(f"metadata {topic}" for topic in w.topics), "subscribe"]
+    assert len(w.topics) == 4
