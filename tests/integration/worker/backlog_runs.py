@@ -131,10 +131,14 @@ def mismatches(
 def complete(settings: Settings, history: History, worker: Worker) -> dict[str, Any]:
     """Wait until every pod's attribution adds up to its samples; the records then."""
     want = history.expected()
-    wait_for(
-        "every pod's attribution to add up to its samples",
-        lambda: not mismatches(totals(settings), want),
-        worker,
-        timeout_s=DONE_S,
-    )
+    last: list[str] = []
+
+    def added_up() -> bool:
+        last[:] = mismatches(totals(settings), want)
+        return not last
+
+    try:
+        wait_for("every pod's attribution to add up to its samples", added_up, worker, DONE_S)
+    except BaseException as exc:
+        raise AssertionError(f"{len(last)} pods do not add up: {last[:10]}") from exc
     return records(settings)

@@ -123,16 +123,25 @@ def test_a_backlog_gives_the_paced_records(
     assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
 
 
-def test_a_backlog_with_a_kill_halfway_gives_the_paced_records(
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "known bug: a worker restarted after a kill mid-backlog loses part of the usage of a "
+        "few pods (7 pods short by 16-50 allocated GPU-seconds when killed at a quarter); "
+        "RELIABILITY.md. Killed later, the first worker has often finished and the second "
+        "has nothing to do."
+    ),
+)
+def test_a_backlog_with_a_kill_a_quarter_in_gives_the_paced_records(
     scope12: NewScope, start_worker: StartWorker, history: History, paced_run: dict[str, Any]
 ) -> None:
     backlog = scope12()
     produce(backlog, messages(backlog, history))
     first = start_worker(backlog, instance="w1")
-    half = len(paced_run["attribution"]) // 2
+    quarter = len(paced_run["attribution"]) // 4
     wait_for(
-        "half of the attribution",
-        lambda: len(records(backlog)["attribution"]) >= half,
+        "a quarter of the attribution",
+        lambda: len(records(backlog)["attribution"]) >= quarter,
         first,
         timeout_s=DONE_S,
     )
