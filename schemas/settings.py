@@ -162,11 +162,21 @@ class WorkerSettings(BaseModel):
     """Kafka consumer session: a worker silent this long loses its partitions to the
     others (6 s is the broker's lowest allowed by default)."""
     sinks: bool = True
-    """Write Redis and export /metrics; off, the worker only publishes the derived topics."""
+    """Export /metrics (pods, GPUs, pipeline); off, the worker only publishes the derived
+    topics. Redis is written by `gpuwatch sink redis`, a process of its own."""
     input_end_ms: int | None = Field(default=None, ge=0)
     """Event time (epoch ms) the input ends at, for a replay of a range (`replay --rerun`):
     once caught up, the worker closes every window up to it instead of waiting for more.
     None for a live worker, whose windows wait for the data that moves stream time."""
+
+
+class SinkSettings(BaseModel):
+    """How each `gpuwatch sink redis` process runs."""
+
+    model_config = _MODEL
+
+    metrics_port: int = Field(default=9483, ge=1, le=65535)
+    """Port of the sink's own /metrics (written, refused, lag)."""
 
 
 class CostSettings(BaseModel):
@@ -311,6 +321,7 @@ class Settings(BaseModel):
     rules: RuleSettings = RuleSettings()
     cost: CostSettings = CostSettings()
     worker: WorkerSettings = WorkerSettings()
+    sink: SinkSettings = SinkSettings()
     stack: StackSettings = StackSettings()
     agent: AgentSettings = AgentSettings()
     watcher: WatcherSettings = WatcherSettings()
@@ -336,6 +347,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
     "GPUWATCH_WORKER_INPUT_END_MS": ("worker", "input_end_ms"),
+    "GPUWATCH_SINK_METRICS_PORT": ("sink", "metrics_port"),
     "GPUWATCH_KAFKA_PARTITIONS": ("kafka", "partitions"),
     "GPUWATCH_KAFKA_REPLICATION_FACTOR": ("kafka", "replication_factor"),
     "GPUWATCH_KAFKA_SECURITY_PROTOCOL": ("kafka", "security_protocol"),

@@ -48,8 +48,8 @@ def add_parser(verbs: Any) -> None:
     add_flag(
         worker,
         "--no-sinks",
-        "publish the derived topics only: no Redis writes, no /metrics "
-        "(GPUWATCH_WORKER_SINKS=false)",
+        "publish the derived topics only, no /metrics (GPUWATCH_WORKER_SINKS=false); "
+        "Redis is written by `gpuwatch sink redis`",
     )
     worker.add_argument(
         "--instance", metavar="NAME", help="this worker's name in logs (default: host-pid)"

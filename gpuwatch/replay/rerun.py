@@ -37,8 +37,10 @@ from gpuwatch.replay.worker import (
     log_path,
     sigterm_interrupts,
     spawn,
+    spawn_sink,
     stop,
     wait_caught_up,
+    wait_sink_caught_up,
 )
 from schemas import (
     ATTRIBUTION,
@@ -213,12 +215,16 @@ def rerun(
             started = time.monotonic()
             log = log_path(options.log_dir, target)
             result.worker_log = str(log)
+            sink_log = log_path(options.log_dir, target, "sink")
             with sigterm_interrupts():
                 worker = spawn(target, redis_url, options.config, log, span.end_ms)
+                sink = spawn_sink(target, redis_url, options.config, sink_log)
                 try:
                     wait_caught_up(target, worker, log, progress)
+                    wait_sink_caught_up(target, sink, sink_log)
                 finally:
                     stop(worker)
+                    stop(sink)
                     forget_group(target)
             result.caught_up_s = time.monotonic() - started
             _summarise(

@@ -1,10 +1,11 @@
-"""The worker process of `gpuwatch replay --rerun`: started on the rerun's prefix, watched
-until it has caught up, stopped.
+"""The processes of `gpuwatch replay --rerun`: the worker and the Redis sink, started on the
+rerun's prefix, watched until they have caught up, stopped.
 
-Caught up means: the worker's consumer group has committed the end offset of every input
-partition (the copied inputs and the internal pod.usage), and no offset of the inputs, the
-outputs or the group has moved for `SETTLE_S`, so the ticks that close the last windows
-have gone by.
+The worker has caught up when its consumer group has committed the end offset of every
+input partition (the copied inputs and the internal pod.usage), and no offset of the
+inputs, the outputs or the group has moved for `SETTLE_S`, so the ticks that close the last
+windows have gone by. The sink has caught up when its group has committed the end offset
+of every derived topic it writes.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any
 
 from gpuwatch.kafka import KafkaError, TopicPartition, admin, consumer
 from gpuwatch.replay.read import Progress
-from gpuwatch.run.worker_sinks import redis_group
 from schemas import ALL_TOPICS, K8S_NODES, K8S_PODS, NVML_SAMPLES, POD_USAGE, TopicSpec
 from schemas.settings import Settings
+from schemas.topics import SINK_TOPICS
+from sinks.redis.writer import redis_group
 
 __all__ = [
     "DERIVED",
@@ -36,8 +38,10 @@ __all__ = [
     "log_path",
     "sigterm_interrupts",
     "spawn",
+    "spawn_sink",
     "stop",
     "wait_caught_up",
+    "wait_sink_caught_up",
 ]
 
 SETTLE_S = 4.0  # longer than the worker's commit interval (2.8 s) and several ticks (0.5 s)
@@ -61,11 +65,12 @@ def _free_port() -> int:
         return port
 
 
-def log_path(log_dir: Path | None, target: Settings) -> Path:
-    """Where the worker of a rerun logs: `log_dir`, else the temporary directory."""
+def log_path(log_dir: Path | None, target: Settings, process: str = "") -> Path:
+    """Where the worker (or another `process`) of a rerun logs: `log_dir`, else the
+    temporary directory."""
     directory = log_dir or Path(tempfile.gettempdir())
     directory.mkdir(parents=True, exist_ok=True)
-    return directory / f"gpuwatch-replay-{target.kafka.app_id}.log"
+    return directory / f"gpuwatch-replay-{target.kafka.app_id}{process and '-'}{process}.log"
 
 
 def spawn(
@@ -76,6 +81,21 @@ def spawn(
     With `input_end_ms` the worker knows where the copied input ends, and closes every
     window up to it once it has caught up, instead of waiting for data that never comes.
     """
+    env = _env(target, redis_url, config)
+    if input_end_ms is not None:
+        env["GPUWATCH_WORKER_INPUT_END_MS"] = str(input_end_ms)
+    argv = [sys.executable, "-m", "gpuwatch.cli", "worker", "--tick-interval", WORKER_TICK_S]
+    return _popen([*argv, "--instance", "replay"], env, log)
+
+
+def spawn_sink(target: Settings, redis_url: str, config: Path | None, log: Path) -> Any:
+    """`gpuwatch sink redis` on the target prefix, writing the rerun's Redis database."""
+    env = _env(target, redis_url, config)
+    env["GPUWATCH_SINK_METRICS_PORT"] = str(_free_port())
+    return _popen([sys.executable, "-m", "gpuwatch.cli", "sink", "redis"], env, log)
+
+
+def _env(target: Settings, redis_url: str, config: Path | None) -> dict[str, str]:
     kafka = target.kafka
     env = {
         **os.environ,
@@ -88,10 +108,10 @@ def spawn(
     }
     if config is not None:
         env["GPUWATCH_CONFIG"] = str(config)
-    if input_end_ms is not None:
-        env["GPUWATCH_WORKER_INPUT_END_MS"] = str(input_end_ms)
-    argv = [sys.executable, "-m", "gpuwatch.cli", "worker", "--tick-interval", WORKER_TICK_S]
-    argv += ["--instance", "replay"]
+    return env
+
+
+def _popen(argv: list[str], env: dict[str, str], log: Path) -> Any:
     with log.open("wb") as out:
         return subprocess.Popen(
             argv,
@@ -101,6 +121,36 @@ def spawn(
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us only; we stop the worker in order
         )
+
+
+def wait_sink_caught_up(target: Settings, sink: Any, log: Path) -> None:
+    """Until the Redis sink's group has committed the end of every derived topic it writes."""
+    kafka = target.kafka
+    names = [spec.full_name(kafka.topic_prefix) for spec in SINK_TOPICS]
+    tps = [TopicPartition(name, p) for name in names for p in range(kafka.partitions)]
+    reader = consumer(kafka, enable_auto_commit=False)
+    client = admin(kafka)
+    try:
+        ends = {tp: end for tp, end in reader.end_offsets(tps).items() if end > 0}
+        group = redis_group(target)
+        last, moved = -1, time.monotonic()
+        while True:
+            if sink.poll() is not None:
+                raise _exited("Redis sink", sink, log)
+            done = _committed(client, group)
+            left = sum(max(0, end - done.get(tp, 0)) for tp, end in ends.items())
+            if not left:
+                return
+            if left != last:
+                last, moved = left, time.monotonic()
+            elif time.monotonic() - moved > STALL_S:
+                raise _stalled("Redis sink", f"{left} records", log)
+            time.sleep(0.5)
+    except KafkaError as exc:
+        raise WorkerRunError(f"watching the Redis sink's progress failed: {exc!r}") from exc
+    finally:
+        reader.close()
+        client.close()
 
 
 def stop(worker: Any) -> None:
@@ -117,6 +167,19 @@ def stop(worker: Any) -> None:
 def _tail(log: Path, lines: int = 20) -> str:
     text = log.read_text(encoding="utf-8", errors="replace").splitlines()
     return "\n".join(text[-lines:])
+
+
+def _exited(what: str, process: Any, log: Path) -> WorkerRunError:
+    return WorkerRunError(
+        f"the {what} exited with status {process.returncode}; its log {log}:\n" + _tail(log)
+    )
+
+
+def _stalled(what: str, left: str, log: Path) -> WorkerRunError:
+    return WorkerRunError(
+        f"the {what} made no progress for {STALL_S:.0f} s with {left} left; its log {log}:\n"
+        + _tail(log)
+    )
 
 
 def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress) -> None:
@@ -139,10 +202,7 @@ def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress)
         moved = settled = time.monotonic()
         while True:
             if worker.poll() is not None:
-                raise WorkerRunError(
-                    f"the worker exited with status {worker.returncode}; its log {log}:\n"
-                    + _tail(log)
-                )
+                raise _exited("worker", worker, log)
             ends = reader.end_offsets(tps)
             done = _committed(client, kafka.app_id)
             lag = sum(max(0, ends[tp] - done.get(tp, 0)) for tp in inputs)
@@ -156,10 +216,7 @@ def wait_caught_up(target: Settings, worker: Any, log: Path, progress: Progress)
             elif now - settled >= SETTLE_S:
                 return
             if now - moved > STALL_S:
-                raise WorkerRunError(
-                    f"the worker made no progress for {STALL_S:.0f} s with {lag} input "
-                    f"records left; its log {log}:\n" + _tail(log)
-                )
+                raise _stalled("worker", f"{lag} input records", log)
             time.sleep(0.5)
     except KafkaError as exc:
         raise WorkerRunError(f"watching the worker's progress failed: {exc!r}") from exc

@@ -9,7 +9,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpuwatch.kafka import (
     ADMIN_TIMEOUT_MS,
@@ -24,9 +23,6 @@ from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.tick_timer import tick_topic_name
 from streams.faust.worker import new_worker, run_worker
-
-if TYPE_CHECKING:
-    from gpuwatch.run.worker_sinks import RedisWriter
 
 __all__ = ["TICK_RETENTION_MS", "WorkerStartError", "ensure_tick_topic", "run"]
 
@@ -96,7 +92,7 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
 
 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
-    from gpuwatch.run.worker_sinks import WorkerSinks, redis_writer
+    from gpuwatch.run.worker_sinks import WorkerSinks
     from sinks.prometheus.metrics import MetricsServeError, serve
     from streams.processors.outputs import Counters
 
@@ -108,13 +104,10 @@ def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
         server, _ = serve(settings.metrics.port, settings.metrics.bind, sinks.registry)
     except MetricsServeError as exc:
         raise WorkerStartError(str(exc)) from exc
-    writer = redis_writer(settings, sinks.live)
-    writer.start()
     try:
         runtime = build(settings, options, sinks, counters)
-        return _execute(runtime, settings, loglevel, writer)
+        return _execute(runtime, settings, loglevel, metrics=True)
     finally:
-        writer.stop()
         server.shutdown()
         server.server_close()
 
@@ -123,19 +116,19 @@ def _execute(
     runtime: WorkerRuntime,
     settings: Settings,
     loglevel: str,
-    writer: RedisWriter | None = None,
+    *,
+    metrics: bool = False,
 ) -> int:
     worker = new_worker(runtime.app, loglevel, wrap_stop=_bounded)
     log.info(
-        "worker starting app_id=%s prefix=%s partitions=%d redis=%s metrics=%s",
+        "worker starting app_id=%s prefix=%s partitions=%d metrics=%s",
         settings.kafka.app_id,
         settings.kafka.topic_prefix,
         settings.kafka.partitions,
-        "off" if writer is None else writer.redis.target,
-        "off" if writer is None else f"{settings.metrics.bind}:{settings.metrics.port}",
+        f"{settings.metrics.bind}:{settings.metrics.port}" if metrics else "off",
     )
     code = run_worker(worker)
-    log.info("worker stopped %s", summary(runtime, writer))
+    log.info("worker stopped %s", summary(runtime))
     return code
 
 
@@ -163,16 +156,10 @@ def _force_exit() -> None:
     os._exit(EXIT_STUCK)
 
 
-def summary(runtime: WorkerRuntime, writer: RedisWriter | None = None) -> str:
+def summary(runtime: WorkerRuntime) -> str:
     """The counters as key=value fields."""
     c = runtime.counters
-    text = (
+    return (
         f"events={c.events} deadletter={c.deadletter} late={c.late} "
         f"duplicates={c.duplicates} ticks={c.ticks} ticks_sent={runtime.ticks.sent}"
     )
-    if writer is not None:
-        text += (
-            f" redis_written={writer.written} redis_rejected={writer.rejected}"
-            f" redis_kafka_errors={writer.kafka_errors}"
-        )
-    return text

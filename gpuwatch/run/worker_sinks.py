@@ -1,23 +1,19 @@
-"""The worker's sinks: its /metrics fed as records are made, and Redis fed from the topics.
+"""The worker's sink: its /metrics, fed as records are made.
 
-Metrics: the processors hand each value they emit, and each sample and pod usage, to
-`WorkerSinks` (the worker's `streams.faust.app.LiveHooks`), so a worker exports the pods and
-GPUs of its own partitions and sums over workers count each once
-(sinks/prometheus/metrics.py).
-
-Redis: `redis_writer` is the worker's `RedisWriter` (sinks/redis/writer.py) on kafka-python's
-consumer (`gpuwatch.kafka`): the derived topics into Redis, at least once, in a thread.
+The processors hand each value they emit, and each sample and pod usage, to `WorkerSinks`
+(the worker's `streams.faust.app.LiveHooks`), so a worker exports the pods and GPUs of its
+own partitions and sums over workers count each once (sinks/prometheus/metrics.py). Redis is
+written by `gpuwatch sink redis`, a process of its own (gpuwatch/run/sink.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gpuwatch import kafka
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.gpu_window import GpuWindow
@@ -26,31 +22,9 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
 from sinks.prometheus.metrics import PipelineCounts, WorkerMetrics
-from sinks.redis.live_gpus import LiveGpus
-from sinks.redis.sink import RedisSink
-from sinks.redis.writer import KafkaClient, RedisWriter, redis_group
 from streams.processors.outputs import Counters
 
-__all__ = [
-    "KAFKA",
-    "RedisWriter",
-    "WorkerSinks",
-    "pipeline_counts",
-    "redis_group",
-    "redis_writer",
-]
-
-KAFKA: Final = KafkaClient(
-    consumer=kafka.consumer, error=kafka.KafkaError, commit_failed=kafka.CommitFailedError
-)
-"""The Redis writer's Kafka client: kafka-python's consumer and errors."""
-
-
-def redis_writer(
-    settings: Settings, live: LiveGpus, *, redis_sink: RedisSink | None = None
-) -> RedisWriter:
-    """The worker's Redis writer, reading the derived topics with kafka-python."""
-    return RedisWriter(settings, live, kafka=KAFKA, redis_sink=redis_sink)
+__all__ = ["WorkerSinks", "pipeline_counts"]
 
 
 def pipeline_counts(counters: Counters) -> PipelineCounts:
@@ -65,7 +39,7 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
 
 
 class WorkerSinks:
-    """The metrics and live GPU state of one worker process, fed by its processors."""
+    """The metrics of one worker process, fed by its processors."""
 
     def __init__(
         self,
@@ -77,7 +51,6 @@ class WorkerSinks:
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.metrics = WorkerMetrics(self.registry, pipeline=lambda: pipeline_counts(counters))
-        self.live = LiveGpus(settings.rules.idle_util_pct)
         self._wall = wall
 
     def on_record(self, value: Any) -> None:
@@ -93,9 +66,8 @@ class WorkerSinks:
             m.observe_alert(value)
 
     def on_sample(self, sample: NvmlSample) -> None:
-        """A node sample processed: GPU gauges, live GPU state, pipeline lag."""
+        """A node sample processed: GPU gauges, pipeline lag."""
         self.metrics.observe_sample(sample)
-        self.live.observe(sample)
         self.metrics.set_lag(self._wall() - (sample.ts + sample.interval_ms) / 1000)
 
     def on_usage(self, usage: PodUsage) -> None:

@@ -1,17 +1,21 @@
-"""The derived topics into Redis: a Kafka consumer that writes each batch, then commits.
+"""The derived topics and the node samples into Redis: a Kafka consumer that writes each
+batch, then commits.
 
-`RedisWriter` is a consumer of the derived topics in a group of its own (`{app_id}.redis`),
-in a thread. It writes each polled batch, with the newest live state of every GPU the
-worker sampled, as one Redis transaction, and commits the offsets only after Redis took
-it. While Redis is away it keeps the batch, pauses its partitions and retries with a
-growing pause; stream processing goes on untouched (a separate group: no rebalance of the
-worker waits on Redis). After a crash, the records after the last commit are written again;
+`RedisWriter` is the `gpuwatch sink redis` process's consumer, in a group of its own
+(`{app_id}.redis`): the derived topics, and the node samples for the live state of each GPU
+(`sinks/redis/live_gpus.py`, the newest sample of each GPU wins). It writes each polled
+batch, with the live states it brought, as one Redis transaction, and commits the offsets
+only after Redis took it. While Redis is away it keeps the batch, pauses its partitions and
+retries with a growing pause; stream processing goes on untouched (another process and
+group: no worker waits on Redis). A sample partition this group never committed starts
+`LIVE_LOOKBACK_S` back from the end, not at the start of a day of retention: live state
+needs the newest samples only. After a crash, the records after the last commit are written again;
 the writes are idempotent upserts keyed by each record's identity, so the state is the
 same. A record Redis refuses for good (a key of the wrong type someone else wrote) is
 logged and counted, and the rest of its batch is written.
 
 The Kafka client is given (`KafkaClient`): the wiring passes kafka-python's
-(gpuwatch/run/worker_sinks.py), so that this package imports no Kafka library.
+(gpuwatch/run/sink.py), so that this package imports no Kafka library.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import Any, Protocol
 from schemas.alert import Alert
 from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
+from schemas.nvml_sample import NvmlSample
 from schemas.settings import KafkaSettings, Settings
-from schemas.topics import SINK_TOPICS
+from schemas.topics import NVML_SAMPLES, SINK_TOPICS
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
 from sinks.redis.sink import Backoff, RedisSink, SinkRejected, SinkUnavailable
@@ -48,6 +53,7 @@ RETRY_CAP_S = 10.0  # longest pause between attempts while Redis is away
 ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes about this)
 LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
 CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the group's
+LIVE_LOOKBACK_S = 300.0  # a new group's sample partitions start this far back in wall time
 
 
 class Message(Protocol):
@@ -77,6 +83,9 @@ class Consumer(Protocol):
     def assignment(self) -> set[Any]: ...
     def position(self, tp: Any) -> int | None: ...
     def beginning_offsets(self, tps: list[Any]) -> Mapping[Any, int]: ...
+    def end_offsets(self, tps: list[Any]) -> Mapping[Any, int]: ...
+    def offsets_for_times(self, timestamps: Mapping[Any, int]) -> Mapping[Any, Any]: ...
+    def committed(self, tp: Any) -> int | None: ...
     def seek(self, tp: Any, offset: int) -> None: ...
     def pause(self, *tps: Any) -> None: ...
     def paused(self) -> set[Any]: ...
@@ -108,7 +117,7 @@ def redis_group(settings: Settings) -> str:
 
 
 class RedisWriter:
-    """The derived topics into Redis, at least once, from a thread of its own."""
+    """The derived topics and live GPU states into Redis, at least once."""
 
     def __init__(
         self,
@@ -118,19 +127,23 @@ class RedisWriter:
         kafka: KafkaClient,
         redis_sink: RedisSink | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         prefix = settings.kafka.topic_prefix
         self.redis = redis_sink or RedisSink(
             settings.redis, backoff=Backoff(cap_s=1.0, budget_s=ATTEMPT_BUDGET_S)
         )
         self.live = live
-        self.topics = [spec.full_name(prefix) for spec in SINK_TOPICS]
+        self.samples_topic = NVML_SAMPLES.full_name(prefix)
+        self.topics = [*(spec.full_name(prefix) for spec in SINK_TOPICS), self.samples_topic]
         self._decoders: dict[str, TopicSpec[Any]] = {
             spec.full_name(prefix): spec for spec in SINK_TOPICS
         }
         self._settings = settings
         self._kafka = kafka
         self._monotonic = monotonic
+        self._wall = wall
+        self._known: set[Any] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_log = 0.0
@@ -142,6 +155,12 @@ class RedisWriter:
         """Records Redis refused for good."""
         self.invalid = 0
         """Records of the derived topics that did not decode (written by someone else)."""
+        self.samples = 0
+        """Node samples taken in for the live GPU states."""
+        self.samples_invalid = 0
+        """Node samples that did not decode (the worker dead-letters them with the reason)."""
+        self.newest_sample_ms = 0
+        """End (ts + interval) of the newest node sample whose live states Redis took."""
         self.kafka_errors = 0
         """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
         self.error: BaseException | None = None
@@ -149,8 +168,12 @@ class RedisWriter:
 
     def start(self) -> None:
         """Run in a daemon thread until `stop()`."""
-        self._thread = threading.Thread(target=self._run, name="redis-writer", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="redis-writer", daemon=True)
         self._thread.start()
+
+    def stopping(self) -> None:
+        """Ask `run` to return after the batch in hand (safe from a signal handler)."""
+        self._stop.set()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop after the batch in hand (or its current retry), leave the group, close."""
@@ -159,7 +182,8 @@ class RedisWriter:
             self._thread.join(timeout_s)
         self.redis.close()
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Poll, write and commit until `stop()` or `stopping()`; `error` says what ended it."""
         try:
             consumer = self._kafka.consumer(
                 self._settings.kafka,
@@ -200,22 +224,29 @@ class RedisWriter:
         """One poll: its records and the pending live GPU states into Redis, then commit."""
         self._reconcile(consumer)
         polled = consumer.poll(timeout_ms=POLL_MS)
+        moved = self._place_new_sample_partitions(consumer)
         batch: list[SinkRecord] = []
         positions: dict[str, int] = {}
+        newest = 0
         for tp, messages in polled.items():
+            if not messages or tp in moved:
+                continue
+            if tp.topic == self.samples_topic:
+                newest = max(newest, self._observe_samples(messages))
+                continue  # positions of the derived topics only: see `_reconcile`
             for m in messages:
                 record = self._decode(m)
                 if record is not None:
                     batch.append(record)
-            if messages:
-                positions[f"{tp.topic}:{tp.partition}"] = messages[-1].offset + 1
+            positions[f"{tp.topic}:{tp.partition}"] = messages[-1].offset + 1
         states = self.live.take()
-        if not positions and not states:
+        if not positions and not states and not newest:
             return
         if not self._write(batch, states, consumer, positions):
             self.live.put_back(states)
             return  # stopping with the batch unwritten: no commit, the next owner writes it
-        if positions:
+        self.newest_sample_ms = max(self.newest_sample_ms, newest)
+        if positions or newest:
             try:
                 consumer.commit()
             except self._kafka.commit_failed as exc:
@@ -245,6 +276,8 @@ class RedisWriter:
         except SinkUnavailable:
             return  # the write that follows waits for Redis
         for tp in sorted(assigned):
+            if tp.topic == self.samples_topic:
+                continue  # live states come back with the next samples: nothing to re-read
             at = consumer.position(tp)
             kept = stored.get(f"{tp.topic}:{tp.partition}")
             if kept is None:
@@ -262,6 +295,45 @@ class RedisWriter:
                     tp.topic, tp.partition, kept, at - 1,
                 )  # fmt: skip
                 consumer.seek(tp, kept)
+
+    def _place_new_sample_partitions(self, consumer: Consumer) -> set[Any]:
+        """Sample partitions just assigned that this group never committed, sought to
+        `LIVE_LOOKBACK_S` back (the end when nothing is that recent): the partitions moved,
+        whose records of this poll are dropped (read again from there)."""
+        assigned = consumer.assignment()
+        new = assigned - self._known
+        self._known = set(assigned)
+        moved: set[Any] = set()
+        for tp in sorted(new):
+            if tp.topic != self.samples_topic or consumer.committed(tp) is not None:
+                continue
+            since_ms = int((self._wall() - LIVE_LOOKBACK_S) * 1000)
+            found = consumer.offsets_for_times({tp: since_ms}).get(tp)
+            offset = found.offset if found is not None else consumer.end_offsets([tp])[tp]
+            consumer.seek(tp, offset)
+            moved.add(tp)
+            log.info(
+                "redis writer: samples topic=%s partition=%d start at offset %d (%.0f s back)",
+                tp.topic, tp.partition, offset, LIVE_LOOKBACK_S,
+            )  # fmt: skip
+        return moved
+
+    def _observe_samples(self, messages: Sequence[Message]) -> int:
+        """Node samples into the live GPU states; the end of the newest, epoch ms (0: none)."""
+        newest = 0
+        for m in messages:
+            try:
+                if m.value is None:
+                    raise SchemaError(m.topic, "$", "no value (a tombstone)")
+                sample: NvmlSample = NVML_SAMPLES.decode(m.value)
+            except SchemaError as exc:
+                self.samples_invalid += 1  # dead-lettered by the worker, with the reason
+                log.debug("redis writer skips an invalid sample offset=%d: %s", m.offset, exc)
+                continue
+            self.live.observe(sample)
+            self.samples += 1
+            newest = max(newest, sample.ts + sample.interval_ms)
+        return newest
 
     def _decode(self, m: Message) -> SinkRecord | None:
         spec = self._decoders.get(m.topic)

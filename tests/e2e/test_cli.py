@@ -38,6 +38,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         (("topics", "create"), ["co-partitioned", "--partitions", "--replication-factor"]),
         (("topics", "list"), ["partition count"]),
         (("settings",), ["masked"]),
+        (("sink",), ["redis"]),
+        (("sink", "redis"), ["consumer group", "GPUWATCH_SINK_METRICS_PORT", "SIGTERM"]),
     ],
 )
 def test_every_verb_explains_itself(argv: tuple[str, ...], expected: list[str]) -> None:

@@ -329,10 +329,12 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
         "GPUWATCH_WORKER_SINKS": "true",
         "GPUWATCH_REDIS_URL": store.url,
         "GPUWATCH_METRICS_PORT": str(port),
+        "GPUWATCH_SINK_METRICS_PORT": str(free_port()),
     }
     began = time.monotonic()
     alone = start_worker(reference, "reference")
     worker = start_worker(hostile, "hostile", env=env)
+    sink = start_worker(hostile, "sink", env=env, sink=True)
 
     # The valid traffic alone: every window and alert of the scenario (as the recovery test).
     assert holds_within(
@@ -384,8 +386,11 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
         assert counted.get(topic) == sum(o.topic == old + topic for o in plan), topic
 
     worker.stop()
+    sink.stop()
     assert worker.process.returncode == 0, worker.log[-3000:]
     assert worker.counters()["deadletter"] == TOTAL
+    assert sink.process.returncode == 0, sink.log[-3000:]
+    assert "rejected=0" in sink.log, sink.log[-3000:]
     alone.stop()
     assert alone.process.returncode == 0, alone.log[-3000:]
     figures["late"] = worker.counters()["late"]

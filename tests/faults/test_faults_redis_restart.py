@@ -105,12 +105,12 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
     assert (len(late), len(rest)) == (1, 1 + TICKS - HALF)
     store = private_redis(persistence)
     env = {
-        "GPUWATCH_WORKER_SINKS": "true",
         "GPUWATCH_REDIS_URL": store.url,
-        "GPUWATCH_METRICS_PORT": str(free_port()),
+        "GPUWATCH_SINK_METRICS_PORT": str(free_port()),
     }
     produce(scoped, first)
-    worker = start_worker(scoped, env=env)
+    worker = start_worker(scoped)
+    sink = start_worker(scoped, "sink", env=env, sink=True)
     client = redis.Redis(port=store.port, decode_responses=False)
     try:
         half_until = case.t0 + HALF * S
@@ -120,7 +120,7 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
             # Pod transitions come out once the usage watermark passes them: wait for both.
             return up_to_half() and {case.training.uid, QUEUED_UID} <= set(_states(client, case))
 
-        wait_for("Redis up to the first half", first_half, worker)
+        wait_for("Redis up to the first half", first_half, sink)
         before = _states(client, case)
         assert (before[case.training.uid], before[QUEUED_UID]) == ("running", "queued")
 
@@ -130,14 +130,14 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
         assert store.process.returncode == (0 if how == "stopped" else -signal.SIGKILL)
         produce(scoped, rest)
         wait_for("the second half's records", lambda: finished(scoped), worker, timeout_s=60)
-        wait_for("the worker to notice", lambda: "Redis unavailable" in worker.log, worker)
+        wait_for("the sink to notice", lambda: "Redis unavailable" in sink.log, sink)
         figures["away_s"] = round(time.monotonic() - went, 1)
         store.start()
         back = time.monotonic()
         end = case.t0 + TICKS * S
         # Writes lost in a crash never come back: a shorter wait says so sooner.
         within = 20.0 if (how, persistence) == ("killed", "snapshot") else CONVERGE_S
-        wait_for("Redis to converge", converged(client, scoped, uuids, end), worker, within)
+        wait_for("Redis to converge", converged(client, scoped, uuids, end), sink, within)
         figures["converged_after_restart_s"] = round(time.monotonic() - back, 1)
         assert _states(client, case) == {
             case.training.uid: "finished",
@@ -147,8 +147,10 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
     finally:
         client.close()
     worker.stop()
+    sink.stop()
     assert worker.process.returncode == 0, worker.log[-3000:]
-    assert "redis_rejected=0" in worker.log
+    assert sink.process.returncode == 0, sink.log[-3000:]
+    assert "rejected=0" in sink.log
     print("FIGURES redis", json.dumps(figures))
 
 

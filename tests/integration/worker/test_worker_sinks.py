@@ -1,4 +1,5 @@
-"""`gpuwatch worker` with its sinks: Redis comes up late and converges; /metrics shows the pods."""
+"""`gpuwatch worker` and `gpuwatch sink redis`: Redis comes up late and converges; the worker's
+/metrics shows the pods; the worker runs without any Redis."""
 
 from __future__ import annotations
 
@@ -72,12 +73,15 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     case = scenario(scoped, aligned_t0())
     t0, training, idle = case.t0, case.training.uid, case.idle.uid
     produce(scoped, case.messages)
+    sink_port = free_port()
     env = {
         "GPUWATCH_WORKER_SINKS": "true",
         "GPUWATCH_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "GPUWATCH_METRICS_PORT": str(metrics_port),
+        "GPUWATCH_SINK_METRICS_PORT": str(sink_port),
     }
     worker = start_worker(scoped, env=env)
+    sink = start_worker(scoped, "sink", env=env, sink=True)
 
     # Redis is not there yet: the stream is processed all the same, /metrics shows it.
     wait_for("the training pod's two windows", lambda: len(decoded(scoped, ATTRIBUTION)) >= 3)
@@ -97,7 +101,8 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     assert sample_value(text, "gpuwatch_cost_usd_total", namespace="ml") == pytest.approx(
         cost["ml"]
     )
-    wait_for("the worker to notice Redis is away", lambda: "Redis unavailable" in worker.log)
+    wait_for("the sink to notice Redis is away", lambda: "Redis unavailable" in sink.log, sink)
+    assert "Redis" not in worker.log  # the worker never needs it
 
     # Redis comes up: everything the worker made reaches it, nothing skipped.
     servers.append(start_redis(redis_port, tmp_path))
@@ -112,7 +117,7 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     wait_for(
         "the pods' state in Redis",
         lambda: pod(training).get("state") == "finished" and pod(idle).get("state") == "stalled",
-        worker,
+        sink,
         timeout_s=60,
     )
     # Every window of every pod is in the totals, to the nano-dollar.
@@ -138,11 +143,16 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     gpu = wait_for(
         "the idle GPU's live state",
         lambda: (g := client.hgetall(f"gpuwatch:gpu:{uuid}")) and "util_pct" in g and g,
-        worker,
+        sink,
     )
     assert gpu["node"] == case.node
     assert int(gpu["idle_since"]) == t0
     assert idle in gpu["pods"]
+    sink_text = metrics_text(sink_port)
+    assert sample_value(sink_text, "gpuwatch_sink_samples_total") == 90.0
+    assert sample_value(sink_text, "gpuwatch_sink_rejected_total") == 0.0
     worker.stop()
+    sink.stop()
     assert worker.process.returncode == 0, worker.log
-    assert "redis_rejected=0" in worker.log
+    assert sink.process.returncode == 0, sink.log
+    assert "rejected=0" in sink.log

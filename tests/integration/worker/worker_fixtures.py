@@ -52,7 +52,8 @@ WORKER_ENV = {
 Message = tuple[str, bytes | None, bytes, int | None]
 """(topic, key, value, partition) to produce; partition None: by key."""
 StartWorker = Callable[..., "Worker"]
-"""The `start_worker` fixture: `start(settings, instance="w1", env=None) -> Worker`."""
+"""The `start_worker` fixture: `start(settings, instance="w1", env=None, sink=False) -> Worker`
+(with `sink`, a `gpuwatch sink redis` process instead of a worker)."""
 
 
 class FakeClock:
@@ -284,9 +285,15 @@ class Worker:
 
 
 def spawn_worker(
-    settings: Settings, log_path: Path, instance: str = "w1", env: dict[str, str] | None = None
+    settings: Settings,
+    log_path: Path,
+    instance: str = "w1",
+    env: dict[str, str] | None = None,
+    *,
+    sink: bool = False,
 ) -> Worker:
-    """Start a `gpuwatch worker` process on the settings' topics, `env` over WORKER_ENV."""
+    """Start a `gpuwatch worker` process on the settings' topics, `env` over WORKER_ENV; with
+    `sink`, a `gpuwatch sink redis` process on them."""
     env = {
         **os.environ,
         **WORKER_ENV,
@@ -301,6 +308,8 @@ def spawn_worker(
     }
     argv = [str(GPUWATCH), "worker", "--tick-interval", "0.5", "--session-timeout", "6"]
     argv += ["--instance", instance]
+    if sink:
+        argv = [str(GPUWATCH), "sink", "redis"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     return Worker(process, log_path)
@@ -308,15 +317,20 @@ def spawn_worker(
 
 @contextmanager
 def worker_starter(log_dir: Path) -> Iterator[StartWorker]:
-    """`start(settings, instance="w1", env=None)`: workers logging to `log_dir`, all stopped
-    (SIGTERM) on the way out."""
+    """`start(settings, instance="w1", env=None, sink=False)`: workers (or Redis sinks) logging
+    to `log_dir`, all stopped (SIGTERM) on the way out."""
     started: list[Worker] = []
 
     def start(
-        settings: Settings, instance: str = "w1", env: dict[str, str] | None = None
+        settings: Settings,
+        instance: str = "w1",
+        env: dict[str, str] | None = None,
+        *,
+        sink: bool = False,
     ) -> Worker:
-        log_path = log_dir / f"worker-{len(started)}-{instance}.log"
-        started.append(spawn_worker(settings, log_path, instance, env))
+        kind = "sink" if sink else "worker"
+        log_path = log_dir / f"{kind}-{len(started)}-{instance}.log"
+        started.append(spawn_worker(settings, log_path, instance, env, sink=sink))
         return started[-1]
 
     try:

@@ -1,4 +1,4 @@
-"""The worker's sinks without services: metrics fed at emission, the Redis writer's retries."""
+"""The Redis writer without services: retries, positions, live GPU states from the samples."""
 
 from __future__ import annotations
 
@@ -10,21 +10,22 @@ import msgspec
 import pytest
 from kafka.errors import CommitFailedError, KafkaConnectionError
 
-from gpuwatch.run import worker_sinks
-from gpuwatch.run.worker_sinks import RedisWriter, WorkerSinks, pipeline_counts, redis_group
+from gpuwatch.run import sink as sink_run
 from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
-from schemas.topics import POD_LIFECYCLE
+from schemas.topics import NVML_SAMPLES, POD_LIFECYCLE
 from sinks.redis import writer as sink_writer
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
 from sinks.redis.sink import RedisSink, SinkRejected, SinkUnavailable
-from streams.processors.outputs import Counters
+from sinks.redis.writer import LIVE_LOOKBACK_S, RedisWriter, redis_group
 
 SETTINGS = Settings()
 TOPIC = POD_LIFECYCLE.full_name(SETTINGS.kafka.topic_prefix)
+SAMPLES = NVML_SAMPLES.full_name(SETTINGS.kafka.topic_prefix)
+NOW_S = 1_764_412_100.0
 
 
 class Msg(NamedTuple):
@@ -47,16 +48,28 @@ class TP(NamedTuple):
 TP0 = TP(TOPIC, 0)
 
 
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
 class FakeConsumer:
-    """Polls hand out the batches given, one per poll; commits, pauses and seeks recorded."""
+    """Polls hand out the batches given, one per poll (the messages' own topic and partition);
+    commits, pauses and seeks recorded. Assigned: TP0 and the partitions polled so far."""
 
     def __init__(self, batches: list[list[Msg]], position: int = 0, start: int = 0) -> None:
         self.batches = batches
+        self.assigned = {TP0}
+        self.committed_at: dict[TP, int] = {}
+        self.times: dict[TP, OffsetAndTimestamp | None] = {}
+        self.ends: dict[TP, int] = {}
+        self.asked_since: list[int] = []
         self.commits = 0
         self.polls_while_paused = 0
         self.at = position
         self.start = start
         self.seeks: list[int] = []
+        self.seeks_by: dict[TP, int] = {}
         self._paused: set[TP] = set()
 
     def poll(self, timeout_ms: int) -> dict[TP, list[Msg]]:
@@ -68,10 +81,24 @@ class FakeConsumer:
         batch = self.batches.pop(0)
         if batch:
             self.at = batch[-1].offset + 1
-        return {TP0: batch}
+        polled: dict[TP, list[Msg]] = {TP0: []}
+        for m in batch:
+            polled.setdefault(TP(m.topic, m.partition), []).append(m)
+        self.assigned |= set(polled)
+        return polled
 
     def assignment(self) -> set[TP]:
-        return {TP0}
+        return set(self.assigned)
+
+    def committed(self, tp: TP) -> int | None:
+        return self.committed_at.get(tp)
+
+    def offsets_for_times(self, timestamps: dict[TP, int]) -> dict[TP, Any]:
+        self.asked_since.extend(timestamps.values())
+        return {tp: self.times.get(tp) for tp in timestamps}
+
+    def end_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: self.ends.get(tp, 0) for tp in tps}
 
     def position(self, tp: TP) -> int:
         return self.at
@@ -81,6 +108,7 @@ class FakeConsumer:
 
     def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append(offset)
+        self.seeks_by[tp] = offset
         self.at = offset
 
     def pause(self, *tps: TP) -> None:
@@ -132,7 +160,9 @@ class FakeRedis:
 
 
 def writer(redis: FakeRedis) -> RedisWriter:
-    return worker_sinks.redis_writer(SETTINGS, LiveGpus(5.0), redis_sink=cast(RedisSink, redis))
+    w = sink_run.redis_writer(SETTINGS, redis_sink=cast(RedisSink, redis))
+    w._wall = lambda: NOW_S
+    return w
 
 
 def msgs(*uids: str) -> list[Msg]:
@@ -189,22 +219,6 @@ def test_live_gpu_states_ride_along_and_come_back_if_undelivered() -> None:
     w._stop.set()
     w.step(FakeConsumer([]))
     assert [s.util_pct for s in w.live.take()] == [50.0]  # kept for the next attempt
-
-
-def test_metrics_count_emitted_values_and_pipeline_counters() -> None:
-    counters = Counters(late=3, duplicates=1)
-    counters.by_topic["t.nvml.samples"] = 7
-    counters.dead_by[("t.k8s.pods", "json")] = 2
-    sinks = WorkerSinks(SETTINGS, counters)
-    sinks.on_record(transition("u1"))
-    sinks.on_record({"not": "a record"})  # ignored
-    get = sinks.registry.get_sample_value
-    assert get("gpuwatch_events_total", {"topic": "t.nvml.samples"}) == 7
-    assert get("gpuwatch_deadletter_total", {"topic": "t.k8s.pods", "reason": "json"}) == 2
-    assert get("gpuwatch_late_events_total", {}) == 3
-    state = {"namespace": "ml", "pod": "train-0", "team": "vision", "node": "gpu-node-17"}
-    assert get("gpuwatch_pod_state", state | {"state": "stalled"}) == 1  # the example's
-    assert pipeline_counts(counters)["gpuwatch_duplicate_events"] == {(): 1.0}
 
 
 def test_positions_are_stored_with_the_batch_even_after_a_refused_record() -> None:
@@ -291,10 +305,10 @@ class FlakyConsumer(FakeConsumer):
 
 def test_a_kafka_error_in_the_writers_loop_is_retried_not_the_end_of_it() -> None:
     redis = FakeRedis()
-    kafka = replace(worker_sinks.KAFKA, consumer=lambda *_, **__: consumer)
+    kafka = replace(sink_run.KAFKA, consumer=lambda *_, **__: consumer)
     w = RedisWriter(SETTINGS, LiveGpus(5.0), kafka=kafka, redis_sink=cast(RedisSink, redis))
     consumer = FlakyConsumer([msgs("a"), msgs("b")], stop=w._stop.set)
-    w._run()
+    w.run()
     assert w.error is None
     assert w.kafka_errors == 1
     assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["b"]]  # type: ignore[union-attr]
@@ -304,9 +318,80 @@ def test_the_writer_knows_its_topics_before_it_joins_the_group() -> None:
     # kafka-python assigns from the metadata it has when it joins; topics it learns of
     # during the join were left unassigned until its next metadata change.
     redis = FakeRedis()
-    kafka = replace(worker_sinks.KAFKA, consumer=lambda *_, **__: consumer)
+    kafka = replace(sink_run.KAFKA, consumer=lambda *_, **__: consumer)
     w = RedisWriter(SETTINGS, LiveGpus(5.0), kafka=kafka, redis_sink=cast(RedisSink, redis))
     consumer = FlakyConsumer([msgs("a")], stop=w._stop.set)
-    w._run()
+    w.run()
     assert consumer.calls == [*(f"metadata {topic}" for topic in w.topics), "subscribe"]
-    assert len(w.topics) == 4
+    assert w.topics[-1] == SAMPLES
+    assert len(w.topics) == 5
+
+
+def sample_msg(offset: int, ts: int, util_pct: float, partition: int = 0) -> Msg:
+    raw: dict[str, Any] = example("gpuwatch.nvml.sample/v1") | {"ts": ts}
+    raw["gpus"][0]["util_pct"] = util_pct
+    value = NVML_SAMPLES.encode(msgspec.convert(raw, NvmlSample))
+    return Msg(SAMPLES, partition, offset, value)
+
+
+def test_node_samples_become_live_gpu_states_without_stored_positions() -> None:
+    redis = FakeRedis()
+    w = writer(redis)
+    consumer = FakeConsumer([[sample_msg(0, 1_764_412_000_000, 50.0)]])
+    consumer.committed_at[TP(SAMPLES, 0)] = 0  # the group has read this partition before
+    consumer.assigned.add(TP(SAMPLES, 0))
+    w.step(consumer)
+    live = [r for b in redis.applied for r in b if isinstance(r, GpuLive)]
+    assert [s.util_pct for s in live][:1] == [50.0]
+    assert (w.samples, consumer.commits, redis.stored, consumer.seeks) == (1, 1, {}, [])
+    assert w.newest_sample_ms == 1_764_412_000_000 + 1000  # the example's interval
+
+
+def test_a_sample_partition_the_group_never_read_starts_a_few_minutes_back() -> None:
+    redis = FakeRedis()
+    w = writer(redis)
+    tp = TP(SAMPLES, 3)
+    consumer = FakeConsumer([[sample_msg(0, 1_700_000_000_000, 50.0, partition=3)]])
+    consumer.times[tp] = OffsetAndTimestamp(40, 0)
+    w.step(consumer)
+    assert consumer.asked_since == [int((NOW_S - LIVE_LOOKBACK_S) * 1000)]
+    assert consumer.seeks_by == {tp: 40}
+    assert (w.samples, redis.applied) == (0, [])  # the day-old record polled first is dropped
+
+
+def test_a_sample_partition_with_nothing_that_recent_starts_at_its_end() -> None:
+    w = writer(FakeRedis())
+    consumer = FakeConsumer([[sample_msg(0, 1_700_000_000_000, 50.0, partition=1)]])
+    consumer.ends[TP(SAMPLES, 1)] = 77
+    w.step(consumer)
+    assert consumer.seeks_by == {TP(SAMPLES, 1): 77}
+
+
+def test_an_undecodable_sample_is_counted_and_skipped() -> None:
+    w = writer(FakeRedis())
+    consumer = FakeConsumer([[Msg(SAMPLES, 0, 0, b"{"), sample_msg(1, 1_764_412_000_000, 1.0)]])
+    consumer.committed_at[TP(SAMPLES, 0)] = 0
+    consumer.assigned.add(TP(SAMPLES, 0))
+    w.step(consumer)
+    assert (w.samples_invalid, w.samples) == (1, 1)
+
+
+def test_an_emptied_redis_does_not_read_the_samples_again() -> None:
+    w = writer(FakeRedis())
+    consumer = FakeConsumer([], position=9, start=2)
+    consumer.assigned = {TP(SAMPLES, 0)}
+    consumer.committed_at[TP(SAMPLES, 0)] = 9
+    w.step(consumer)
+    assert consumer.seeks == []
+
+
+def test_the_sinks_metrics_read_the_writers_counters() -> None:
+    from prometheus_client import CollectorRegistry
+
+    w = writer(FakeRedis())
+    w.written, w.samples, w.newest_sample_ms = 12, 3, int((NOW_S - 2.5) * 1000)
+    registry = CollectorRegistry()
+    registry.register(sink_run.SinkCollector(w, wall=lambda: NOW_S))
+    assert registry.get_sample_value("gpuwatch_sink_written_total") == 12
+    assert registry.get_sample_value("gpuwatch_sink_samples_total") == 3
+    assert registry.get_sample_value("gpuwatch_sink_lag_seconds") == pytest.approx(2.5)

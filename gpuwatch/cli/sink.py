@@ -1,0 +1,59 @@
+"""`gpuwatch sink redis`: the Redis sink as a process of its own."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from gpuwatch.cli.common import UserFacingError
+from gpuwatch.cli.options import add_actions, add_int, add_verb
+from schemas.settings import Settings
+
+
+def add_parser(verbs: Any) -> None:
+    """The `sink` verb and its `redis` action."""
+    sink = add_verb(
+        verbs,
+        "sink",
+        None,
+        "the sinks as processes of their own: `sink redis`",
+        "Run a sink apart from the stream workers, so that a worker does stream "
+        "processing only and keeps running without the sink's store.",
+    )
+    actions = add_actions(sink)
+    redis = add_verb(
+        actions,
+        "redis",
+        _redis,
+        "the derived topics and live GPU state into Redis",
+        "Read the derived topics (pod.lifecycle, attribution, gpu.windows, alerts) and the "
+        "node samples (the live state of each GPU) in a consumer group of its own "
+        "(GPUWATCH_APP_ID + `.redis`, so replicas share the partitions) and write them into "
+        "Redis (GPUWATCH_REDIS_URL, the keys of DESIGN.md §5), each batch one transaction, "
+        "offsets committed after Redis took it. While Redis is away it keeps the batch and "
+        "retries; when Redis comes back emptied or older it rewrites from the topics. A new "
+        "group starts the derived topics at their beginning and the samples 5 minutes back. "
+        "Its own /metrics on --metrics-port (GPUWATCH_SINK_METRICS_PORT, 9483). SIGTERM "
+        "finishes the batch in hand and exits.",
+    )
+    add_int(
+        redis,
+        "--metrics-port",
+        "PORT",
+        "port of the sink's /metrics (GPUWATCH_SINK_METRICS_PORT, 9483)",
+        dest="sink_metrics_port",
+    )
+
+
+def _redis(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch.run import sink
+
+    if args.log_level == "WARNING":
+        # A daemon says what it does; kafka-python stays at WARNING.
+        for name in ("gpuwatch", "sinks"):
+            logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        return sink.run_redis(settings)
+    except sink.SinkStartError as exc:
+        raise UserFacingError(str(exc)) from exc
