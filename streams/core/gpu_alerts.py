@@ -15,7 +15,7 @@ from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.settings import RuleSettings
 from streams.core.pod_alerts import fingerprint
-from streams.core.split import AllocationIndex, index_allocations, physical_and_instances, split_gpu
+from streams.core.split import AllocationIndex, SampleView, sample_view, split_gpu
 
 __all__ = [
     "IDLE_ALERT_AFTER_S",
@@ -242,8 +242,12 @@ def on_sample(
     *,
     idle_alert_after_s: int = IDLE_ALERT_AFTER_S,
     telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S,
+    view: SampleView | None = None,
 ) -> tuple[NodeAlertState, list[Alert], int]:
-    """Apply one node sample: the alerts it starts or ends, and how many samples were lost."""
+    """Apply one node sample: the alerts it starts or ends, and how many samples were lost.
+
+    `view` is the sample's `sample_view`, where the caller has it already.
+    """
     node, ts = sample.node, sample.ts
     if state is None:
         state = NodeAlertState(node=node)
@@ -258,12 +262,13 @@ def on_sample(
             state, out = _lost(state, seen, due)
         if state.missing:
             out.append(_telemetry(node, False, seen, ts))
-    index = index_allocations(sample.allocations)
+    if view is None:
+        view = sample_view(sample)
+    index, gpus = view
     ctx = (index, rules.idle_util_pct, idle_alert_after_s * _MS)
     old_idle, old_leaks = state.idle, state.leaks
     idle: dict[GpuUuid, Run] = {}
     leaks: dict[str, Run] = {}
-    gpus = physical_and_instances(sample).accountable
     for gpu in gpus:
         found, fired = _leak_step(sample, gpu, index, old_leaks) if gpu.processes else ({}, [])
         run, alert = _idle_step(sample, gpu, old_idle.get(gpu.uuid), bool(found), ctx)

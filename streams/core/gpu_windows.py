@@ -157,14 +157,19 @@ class GpuWindows:
         """Bucket a node sample's integrals; True when some of it was late (and left out)."""
         parts = split_interval(sample.ts, sample.end_ts - sample.ts, self.window_ms)
         late = False
+        store, names = self.store, sample.names
         for part in parts:
             start = part.window_start
             if is_late(start, self.closed_through, self.window_ms, self.lateness_ms):
                 late = True
                 continue
+            whole = part.fraction == 1.0
             for gpu, integrals in sample.gpus:
-                piece = integrals if part.fraction == 1.0 else scaled(integrals, part.fraction)
-                self._bucket(sample.node, gpu, start).add(piece, sample.names)
+                piece = integrals if whole else scaled(integrals, part.fraction)
+                acc = store.get((gpu.uuid, start))
+                if acc is None:
+                    acc = self._bucket(sample.node, gpu, start)
+                acc.add(piece, names)
         return late
 
     def close(self, stream_time: int) -> list[GpuWindow]:
@@ -178,12 +183,10 @@ class GpuWindows:
         return out
 
     def _bucket(self, node: NodeName, gpu: GpuReading, start: int) -> GpuWindowAcc:
-        key = (gpu.uuid, start)
-        acc = self.store.get(key)
-        if acc is None:
-            acc = GpuWindowAcc(
-                gpu.uuid, node, gpu.model, gpu.parent_uuid, start, start + self.window_ms
-            )
-            self.store[key] = acc
-            self._open.setdefault(start, []).append(gpu.uuid)
+        """A new bucket of a GPU's window."""
+        acc = GpuWindowAcc(
+            gpu.uuid, node, gpu.model, gpu.parent_uuid, start, start + self.window_ms
+        )
+        self.store[(gpu.uuid, start)] = acc
+        self._open.setdefault(start, []).append(gpu.uuid)
         return acc

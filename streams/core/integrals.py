@@ -24,7 +24,7 @@ from schemas.fields import AttributionMethod
 from schemas.ids import NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.prices import PriceTable
-from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu
+from streams.core.split import GpuSplit, SampleView, sample_view, split_gpu
 
 __all__ = [
     "PRECISION",
@@ -291,17 +291,27 @@ _NO_HOLDERS: tuple[PodUid, ...] = ()
 
 
 def integrate_sample(
-    sample: NvmlSample, idle_util_pct: float, prices: PriceBook
+    sample: NvmlSample,
+    idle_util_pct: float,
+    prices: PriceBook,
+    view: SampleView | None = None,
 ) -> SampleIntegrals:
-    """Split and integrate every accountable GPU of a node sample (MIG parents skipped)."""
-    index = index_allocations(sample.allocations)
-    holders = index.holders
+    """Split and integrate every accountable GPU of a node sample (MIG parents skipped).
+
+    `view` is the sample's `sample_view`, where the caller has it already.
+    """
+    if view is None:
+        view = sample_view(sample)
+    holders = view.allocations.holders
     seconds = sample.interval_ms / _MS_PER_S
     node = sample.node
     price_of = prices.node(node).usd_per_hour
     out = []
-    for gpu in physical_and_instances(sample).accountable:
-        split = split_gpu(gpu, holders.get(gpu.uuid, _NO_HOLDERS), idle_util_pct)
+    for gpu in view.accountable:
+        held = holders.get(gpu.uuid, _NO_HOLDERS)
         price = price_of(gpu.model, gpu.mig_profile)
-        out.append((gpu, integrate(split, seconds, gpu.power_w, price)))
-    return SampleIntegrals(node, sample.ts, sample.ts + sample.interval_ms, tuple(out), index.names)
+        integrals = integrate(split_gpu(gpu, held, idle_util_pct), seconds, gpu.power_w, price)
+        out.append((gpu, integrals))
+    return SampleIntegrals(
+        node, sample.ts, sample.ts + sample.interval_ms, tuple(out), view.allocations.names
+    )

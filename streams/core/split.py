@@ -38,8 +38,10 @@ __all__ = [
     "GpuSets",
     "GpuSplit",
     "PodShare",
+    "SampleView",
     "index_allocations",
     "physical_and_instances",
+    "sample_view",
     "split_gpu",
 ]
 
@@ -99,6 +101,20 @@ class GpuSets(NamedTuple):
 
     physical: tuple[GpuReading, ...]
     accountable: tuple[GpuReading, ...]
+
+
+class SampleView(NamedTuple):
+    """What the integrals and the alert rules both read of a sample, worked out once."""
+
+    allocations: AllocationIndex
+    accountable: tuple[GpuReading, ...]
+
+
+def sample_view(sample: NvmlSample) -> SampleView:
+    """A sample's allocations by GPU and its accountable GPUs."""
+    return SampleView(
+        index_allocations(sample.allocations), physical_and_instances(sample).accountable
+    )
 
 
 def physical_and_instances(sample: NvmlSample) -> GpuSets:

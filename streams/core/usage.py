@@ -61,12 +61,28 @@ class GpuUsageAcc(PodGpuIntegrals, kw_only=True, gc=False):
         self.share_seconds += p.share_seconds * f
         self.idle_seconds += p.idle_seconds * f
         self.vram_byte_seconds += p.vram_byte_seconds * f
-        self.vram_peak_bytes = max(self.vram_peak_bytes, p.vram_peak_bytes)
         self.energy_joules += p.energy_joules * f
         self.cost_usd += p.cost_usd * f
         self.waste_usd += p.waste_usd * f
-        if PRECISION[p.method] > PRECISION[self.method]:  # the least precise wins
-            self.method = p.method
+        self.vram_peak_bytes = max(self.vram_peak_bytes, p.vram_peak_bytes)
+        method = p.method
+        if method != self.method and PRECISION[method] > PRECISION[self.method]:
+            self.method = method  # the least precise wins
+
+    def add_whole(self, p: PodIntegrals) -> None:
+        """`add(p, 1.0)` without the multiplications (x * 1.0 is x: the same sums)."""
+        self.allocated_seconds += p.allocated_seconds
+        self.used_gpu_seconds += p.used_gpu_seconds
+        self.share_seconds += p.share_seconds
+        self.idle_seconds += p.idle_seconds
+        self.vram_byte_seconds += p.vram_byte_seconds
+        self.energy_joules += p.energy_joules
+        self.cost_usd += p.cost_usd
+        self.waste_usd += p.waste_usd
+        self.vram_peak_bytes = max(self.vram_peak_bytes, p.vram_peak_bytes)
+        method = p.method
+        if method != self.method and PRECISION[method] > PRECISION[self.method]:
+            self.method = method  # the least precise wins
 
     def usage(self) -> GpuUsage:
         """The GPU's entry in the message."""
@@ -217,13 +233,17 @@ class UsageAggregator:
             if pending is None:
                 pending = track.pending = self._pending(uid, part)
             gpus = pending.gpus
+            f = part.fraction
             for gpu, pod in items:
                 acc = gpus.get(gpu.uuid)
                 if acc is None:
                     acc = gpus[gpu.uuid] = GpuUsageAcc(
                         uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
                     )
-                acc.add(pod, part.fraction)
+                if f == 1.0:
+                    acc.add_whole(pod)
+                else:
+                    acc.add(pod, f)
             pending.end_ts = part.end_ms
             pending.samples += 1
             track.idle_since = idle_since  # the state at the end of what pending now covers

@@ -43,6 +43,7 @@ from streams.core.node_doc import (
     encode,
 )
 from streams.core.sanity import check_node, check_sample, unknown_devices
+from streams.core.split import sample_view
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
@@ -201,7 +202,8 @@ class NodePartition:
         frontier = (
             None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
         )
-        integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices)
+        view = sample_view(sample)
+        integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices, view)
         late_before = node.usage.late
         usage = node.usage.add(integrals, frontier)
         if node.windows.add(integrals) or node.usage.late != late_before:
@@ -213,6 +215,7 @@ class NodePartition:
             c.rules,
             idle_alert_after_s=c.rules.idle_alert_after_s,
             telemetry_missing_after_s=c.rules.telemetry_missing_after_s,
+            view=view,
         )
         out.emit_all(ALERTS, alerts)
         self.counters.samples_missing += lost

@@ -267,3 +267,18 @@ def test_pieces_of_an_interval_sum_to_the_whole(
     # and integrating the piece's length directly gives the same as scaling
     direct = integrate(split_gpu(g, holders, IDLE_PCT), seconds * cut, g.power_w, 4.0)
     assert fields(direct)["allocated_seconds"] == pytest.approx(first.allocated_seconds)
+
+
+@given(GPUS | GPUS.map(lambda g: msgspec.structs.replace(g, util_pct=-0.0)), HOLDERS, SECONDS)
+def test_a_sample_integrates_each_gpu_as_its_split_does_to_the_bit(
+    g: GpuReading, holders: list[PodUid], seconds: float
+) -> None:
+    # integrate_sample works from the sample's view (allocations indexed once): its
+    # integrals must be those of each GPU's split exactly (records are compared byte for
+    # byte).
+    s = sample([g], {g.uuid: holders}, seconds)
+    [(_, got)] = integrate_sample(s, IDLE_PCT, PriceBook(BUILTIN_PRICES)).gpus
+    split = split_gpu(g, list(dict.fromkeys(holders)), IDLE_PCT)
+    price = PriceBook(BUILTIN_PRICES).node(s.node).usd_per_hour(g.model, g.mig_profile)
+    want = integrate(split, s.interval_ms / 1000, g.power_w, price)
+    assert msgspec.json.encode(got) == msgspec.json.encode(want)

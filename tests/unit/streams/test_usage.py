@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from schemas.codec import Codec
 from schemas.examples import GPU_0, POD_UID, example
+from schemas.ids import GpuUuid
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.prices import BUILTIN_PRICES
 from streams.core.integrals import PriceBook, integrate_sample
-from streams.core.usage import PodTrack, UsageAggregator
+from streams.core.usage import GpuUsageAcc, PodTrack, UsageAggregator
 
 MIN = 60_000
 T0 = 1_764_412_320_000  # a window start
@@ -262,3 +263,27 @@ def test_messages_keep_every_integral_and_the_idle_run(
     assert last.idle_since == reference_idle_since(samples)
     again = UsageAggregator(MIN, flush_ms=flush_ms)
     assert feed(again, samples) + again.flush(samples[-1].ts + 2 * MIN) == out
+
+
+FLOATS = st.floats(0, 1e12) | st.just(-0.0)
+
+
+@given(st.lists(st.tuples(FLOATS, FLOATS, st.integers(0, 1 << 40)), min_size=1, max_size=5))
+def test_a_whole_interval_adds_as_a_fraction_of_one_does_to_the_bit(
+    parts: list[tuple[float, float, int]],
+) -> None:
+    # The usage is sent byte for byte: the shortcut for a whole interval must sum the same.
+    pod = integrate_sample(design_sample(T0), IDLE_PCT, PRICES).gpus[0][1].pods[0]
+    whole, scaled = (
+        GpuUsageAcc(uuid=GpuUuid(GPU_0), model="m", sharing="exclusive", method="exclusive")
+        for _ in range(2)
+    )
+    for a, b, peak in parts:
+        p = msgspec.structs.replace(
+            pod, used_gpu_seconds=a, energy_joules=b, vram_peak_bytes=peak, method="process"
+        )
+        whole.add_whole(p)
+        scaled.add(p, 1.0)
+    assert msgspec.json.encode(whole) == msgspec.json.encode(scaled)
+    assert whole.method == "process"
+    assert whole.vram_peak_bytes == max(peak for _, _, peak in parts)
