@@ -28,9 +28,9 @@ from prometheus_client.samples import Sample
 from schemas.nvml_sample import GpuReading
 
 __all__ = [
-    "FAMILIES", "GPU_LABELS", "MAX_LABEL_LEN", "POD_LABELS", "GpuSeries", "MetricsServeError",
-    "PodGpu", "PodSeries", "RowFamily", "Snapshot", "WorkerCollector", "clean", "exposition",
-    "label_text", "serve",
+    "ALERT_LABELS", "FAMILIES", "GPU_LABELS", "MAX_LABEL_LEN", "POD_LABELS", "GpuSeries",
+    "MetricsServeError", "PodGpu", "PodSeries", "RowFamily", "Snapshot", "WorkerCollector",
+    "clean", "exposition", "label_text", "serve",
 ]  # fmt: skip
 
 # The longest Kubernetes object name (a DNS subdomain): longer is not a name we know, so it
@@ -41,6 +41,10 @@ POD_LABELS = _POD = ("namespace", "pod", "team", "node")
 GPU_LABELS = _GPU = ("node", "gpu", "model")
 _POD_STATE, _POD_GPU = (*_POD, "state"), (*_POD, "gpu", "model")
 _NS_TEAM = ("namespace", "team")
+# An in-stream alert and its subject (sinks/prometheus/alerts.py).
+ALERT_LABELS = _ALERT = (
+    "alertname", "severity", "namespace", "pod", "team", "node", "gpu", "model", "pod_uid"
+)  # fmt: skip
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -61,8 +65,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_duplicate_events": ("counter", "Redelivered inputs that changed nothing", ()),
     "gpuwatch_samples_missing": ("counter", "Node samples lost, by their seq numbers", ()),
     "gpuwatch_alerts": ("counter", "In-stream alert messages", ("alertname", "severity", "status")),
+    "gpuwatch_alert_firing": ("gauge", "1 while the in-stream alert fires", _ALERT),
+    "gpuwatch_alert_firing_since_seconds": ("gauge", "When the condition began, epoch s", _ALERT),
     "gpuwatch_metrics_series_dropped": ("counter", "Updates refused by a series cap", ("kind",)),
-    "gpuwatch_metrics_tracked": ("gauge", "Pods, GPUs and label sets held", ("kind",)),
+    "gpuwatch_metrics_tracked": ("gauge", "Pods, GPUs, alert series, label sets held", ("kind",)),
 }
 """Family name (counters without `_total`) -> (type, help, label names)."""
 
@@ -169,6 +175,8 @@ class Snapshot:
     gpus: Sequence[tuple[Sequence[str], str, bool, float | None, bool, int, float, float]]
     # family name -> label values -> value, for the families not built from pods and GPUs
     counters: dict[str, dict[tuple[str, ...], float]]
+    # (labels, text, since) per series of a firing in-stream alert
+    alerts: Sequence[tuple[Sequence[str], str, float]] = ()
 
 
 class RowFamily(Metric):
@@ -252,6 +260,10 @@ def _render(snap: Snapshot) -> dict[str, RowFamily]:
             access.add(labels, text, leaks)
         idle.add((*labels, "true"), f'{text},allocated="true"', idle_held)
         idle.add((*labels, "false"), f'{text},allocated="false"', idle_free)
+    firing, since = fam["gpuwatch_alert_firing"], fam["gpuwatch_alert_firing_since_seconds"]
+    for labels, text, began in snap.alerts:
+        firing.add(labels, text, 1.0)
+        since.add(labels, text, began)
     for name, values in snap.counters.items():
         family = fam[name]
         for key, value in values.items():

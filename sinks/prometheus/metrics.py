@@ -1,13 +1,15 @@
 """The worker's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
 
 Cardinality is bounded: label names are fixed (team is the one pod label read), values are
-cleaned, a finished pod's series go after `finished_grace_s`, and pods, GPUs and counter
-label sets each have a cap; refused updates count in `gpuwatch_metrics_series_dropped_total`.
+cleaned, a finished pod's series go after `finished_grace_s`, and pods, GPUs, firing alert
+series and counter label sets each have a cap; refused updates count in
+`gpuwatch_metrics_series_dropped_total`.
 
 Each worker exports what it processes: pods of its pod-uid partitions (lifecycle, usage,
-attribution), GPUs of its node partitions (samples, windows), so sums over workers count
-everything once. On a rebalance call `forget(pods=..., gpus=...)` for what was revoked and
-re-observe the lifecycle state of the pods assigned.
+attribution, pod alerts), GPUs of its node partitions (samples, windows, GPU and node
+alerts), so sums over workers count everything once. On a rebalance call
+`forget(pods=..., nodes=...)` for what was revoked and re-observe the lifecycle state of
+the pods assigned (and the firing alerts, which the stream does not repeat: alerts.py).
 
 Window-derived counters are replay-safe: the newest `window_start` counted per pod and per
 GPU is kept, and only later windows add. Limits: an older window arriving after a newer
@@ -33,6 +35,7 @@ from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
+from sinks.prometheus.alerts import FiringAlerts
 from sinks.prometheus.collector import (
     GPU_LABELS,
     POD_LABELS,
@@ -93,6 +96,7 @@ class WorkerMetrics:
         max_pod_series: int = 50_000,
         max_gpu_series: int = 100_000,
         max_label_sets: int = 10_000,
+        max_alert_series: int = 50_000,
         finished_grace_s: float = 300.0,
         gpu_stale_s: float = GPU_STALE_S,
         team_label: str = "team",
@@ -112,8 +116,9 @@ class WorkerMetrics:
         self._gpus: dict[str, GpuSeries] = {}
         self._pod_marks, self._gpu_marks = Marks(2 * max_pod_series), Marks(max_gpu_series)
         self._alert_marks = Marks(max_label_sets)
+        self._firing = FiringAlerts(max_alert_series)
         self._counters: dict[str, dict[tuple[str, ...], float]] = {n: {} for n in _COUNTERS}
-        self._dropped = {"pod": 0.0, "gpu": 0.0, "label_set": 0.0}
+        self._dropped = {"pod": 0.0, "gpu": 0.0, "alert": 0.0, "label_set": 0.0}
         self._lag_s: float | None = None
         self._stream_ms = 0
         self._swept = float("-inf")
@@ -206,11 +211,12 @@ class WorkerMetrics:
                 gpu.apply(reading, held, allocated=allocated, ts=sample.ts, now=now)
 
     def observe_alert(self, alert: Alert) -> None:
-        """Count an in-stream alert message once per (fingerprint, ts)."""
+        """Count an in-stream alert message once per (fingerprint, ts); show it while firing."""
         with self._lock:
             self._advance(alert.ts)
             if self._alert_marks.advance(alert.fingerprint, alert.ts):
                 self._add("alerts", (alert.name, alert.severity, alert.status), 1.0)
+            self._dropped["alert"] += self._firing.observe(alert)
 
     def count_event(self, topic: str, n: int = 1) -> None:
         """`n` records of `topic` processed."""
@@ -230,9 +236,14 @@ class WorkerMetrics:
     def forget(
         self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[str] = ()
     ) -> None:
-        """Drop the series of pods (uids), GPUs (uuids) and nodes' GPUs of revoked partitions."""
-        gone_nodes = set(nodes)
+        """Drop the series of pods (uids), GPUs (uuids) and nodes of revoked partitions.
+
+        With them go the firing alerts they own: a pod's alerts, a GPU's and a node's (and
+        the GPU alerts of the node's GPUs).
+        """
+        pods, gpus, gone_nodes = list(pods), list(gpus), set(nodes)
         with self._lock:
+            self._firing.forget(pods, gpus, gone_nodes)
             for uid in pods:
                 self._pods.pop(uid, None)
                 self._finished.pop(uid, None)
@@ -262,7 +273,8 @@ class WorkerMetrics:
                 (k,): n for k, n in self._dropped.items()
             }
             counters["gpuwatch_metrics_tracked"] = {
-                ("pod",): len(self._pods), ("gpu",): len(self._gpus), ("label_set",): sets
+                ("pod",): len(self._pods), ("gpu",): len(self._gpus),
+                ("alert",): len(self._firing), ("label_set",): sets,
             }  # fmt: skip
             if self._lag_s is not None:
                 counters["gpuwatch_pipeline_lag_seconds"] = {(): self._lag_s}
@@ -277,7 +289,8 @@ class WorkerMetrics:
                  g.unallocated_access, g.idle_allocated_s, g.idle_unallocated_s)
                 for g in self._gpus.values()
             ]  # fmt: skip
-            return Snapshot(pods=pods, gpus=gpus, counters=counters)
+            alerts = self._firing.rows()
+            return Snapshot(pods=pods, gpus=gpus, counters=counters, alerts=alerts)
 
     # Below: called with the lock held.
 

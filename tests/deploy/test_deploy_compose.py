@@ -29,7 +29,9 @@ from schemas.settings import ENV_VARS
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
-GPUWATCH = {"topics", "worker", "node-agent-sim", "simulate", "node-agent", "k8s-watcher"}
+GPUWATCH = {
+    "topics", "worker", "sink-redis", "node-agent-sim", "simulate", "node-agent", "k8s-watcher"
+}  # fmt: skip
 ONE_SHOT = {"topics", "simulate"}
 
 Service = dict[str, Any]
@@ -95,7 +97,7 @@ def test_docker_compose_config_where_the_plugin_exists() -> None:
 def test_the_services_and_profiles() -> None:
     found = {name: tuple(s.get("profiles", ())) for name, s in services().items()}
     assert found == {
-        "kafka": (), "redis": (), "topics": (), "worker": (), "prometheus": (),
+        "kafka": (), "redis": (), "topics": (), "worker": (), "sink-redis": (), "prometheus": (),
         "alertmanager": (), "grafana": (), "node-agent-sim": ("sim",),
         "simulate": ("simulate",), "node-agent": ("gpu",), "k8s-watcher": ("k8s",),
     }  # fmt: skip
@@ -121,7 +123,8 @@ def test_references_resolve_and_start_in_order() -> None:
                 assert source in named, (name, source)
     order = {n: set(s.get("depends_on", {})) for n, s in spec["services"].items()}
     assert order["topics"] == {"kafka"}
-    assert order["worker"] == {"topics", "redis"}
+    assert order["worker"] == {"topics"}  # no Redis: the sink writes it
+    assert order["sink-redis"] == {"topics", "redis"}
     for producer in ("node-agent-sim", "simulate", "node-agent", "k8s-watcher"):
         assert order[producer] == {"topics"}
 
@@ -170,6 +173,7 @@ def test_commands_parse_with_the_gpuwatch_command_line() -> None:
     assert verbs == {
         "topics": ("topics", None),
         "worker": ("worker", None),
+        "sink-redis": ("sink", None),
         "node-agent-sim": ("node-agent", "sim"),
         "node-agent": ("node-agent", "nvml"),
         "simulate": ("simulate", None),
@@ -185,7 +189,7 @@ def test_settings_are_known_and_load(tmp_path: Path) -> None:
         assert settings.kafka.bootstrap == "kafka:19092"
         assert settings.metrics.bind == "0.0.0.0"
         redis = settings.redis.url.get_secret_value()
-        assert (redis == "redis://redis:6379/0") is (name == "worker"), name
+        assert (redis == "redis://redis:6379/0") is (name == "sink-redis"), name
     node = load_settings(env={"HOME": "/tmp"} | {
         k: interpolate(str(v)) for k, v in services()["node-agent"]["environment"].items()
     })  # fmt: skip
@@ -239,6 +243,7 @@ def test_prometheus_finds_each_gpuwatch_service_on_its_metrics_port() -> None:
     }
     port_var = {
         "worker": "GPUWATCH_METRICS_PORT",
+        "sink-redis": "GPUWATCH_SINK_METRICS_PORT",
         "node-agent-sim": "GPUWATCH_AGENT_METRICS_PORT",
         "node-agent": "GPUWATCH_AGENT_METRICS_PORT",
         "k8s-watcher": "GPUWATCH_WATCHER_METRICS_PORT",
@@ -255,6 +260,7 @@ def test_prometheus_finds_each_gpuwatch_service_on_its_metrics_port() -> None:
                 found[name] = job
     assert found == {
         "worker": "gpuwatch-worker",
+        "sink-redis": "gpuwatch-sink",
         "node-agent-sim": "gpuwatch-node-agent",
         "node-agent": "gpuwatch-node-agent",
         "k8s-watcher": "gpuwatch-k8s-watcher",

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
 PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
+THRESHOLD_RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-threshold-rules.yml"
 BOARDS = sorted(DASHBOARDS.glob("*.json"))
 
 
@@ -165,8 +166,9 @@ def test_promtool_check_fails_on_a_broken_query(tmp_path: Path) -> None:
     assert done.returncode != 0
 
 
-def test_the_alert_rules_use_exported_metrics_too(exported: Exported) -> None:
-    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", [RULES, THRESHOLD_RULES], ids=["stream", "thresholds"])
+def test_the_alert_rules_use_exported_metrics_too(exported: Exported, path: Path) -> None:
+    rules = yaml.safe_load(path.read_text(encoding="utf-8"))
     found = [
         f"{rule.get('alert') or rule.get('record')}: {p}"
         for group in rules["groups"]

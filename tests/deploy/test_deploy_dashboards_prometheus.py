@@ -27,6 +27,7 @@ from deploy_promql import substitute
 from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
 
+from schemas.examples import example
 from sinks.prometheus.metrics import serve
 
 pytestmark = pytest.mark.integration
@@ -175,3 +176,15 @@ def test_every_alert_rule_evaluates_cleanly(prometheus: str) -> None:
         (r["name"], r["health"], r.get("lastError")) for r in found if r["health"] != "ok"
     ] == []
     assert len(found) >= 10
+
+
+def test_the_alert_the_stream_fired_is_in_alerts_as_firing(prometheus: str) -> None:
+    """The worker's firing GpuIdleAllocated (the example alert) through the default rules."""
+    alert = example("gpuwatch.alert/v1")
+    expr = f'ALERTS{{alertname="{alert["name"]}",gpu="{alert["subject"]["uuid"]}"}}'
+    (found,) = poll("the stream's alert in ALERTS", lambda: query(prometheus, expr))
+    labels = found["metric"]
+    assert labels["alertstate"] == "firing"  # no `for`: never pending
+    assert (labels["severity"], labels["node"], labels["namespace"]) == (
+        alert["severity"], alert["labels"]["node"], alert["labels"]["namespace"]
+    )  # fmt: skip

@@ -33,10 +33,18 @@ SIM_VALUES = CHART / "ci" / "sim-values.yaml"
 RBAC = ROOT / "deploy" / "rbac" / "k8s-watcher.yaml"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
+THRESHOLD_RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-threshold-rules.yml"
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
 NAMESPACE = "gpuwatch-system"
 OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 SECRET_VARS = {"GPUWATCH_REDIS_URL", "GPUWATCH_KAFKA_SASL_PASSWORD"}
+# Each long-running component and the scrape job the rules and prometheus.yml name it by.
+JOBS = {
+    "worker": "gpuwatch-worker",
+    "sink-redis": "gpuwatch-sink",
+    "k8s-watcher": "gpuwatch-k8s-watcher",
+    "node-agent": "gpuwatch-node-agent",
+}
 
 Object = dict[str, Any]
 
@@ -157,19 +165,23 @@ def test_what_each_values_file_renders(
         return sorted(o["kind"] for o in objects)
 
     base = [
-        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment", "Job",
-        "NetworkPolicy", "PodDisruptionBudget", "Service", "Service", "ServiceAccount",
-        "ServiceAccount", "ServiceAccount",
+        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
+        "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget", "PodDisruptionBudget",
+        "Service", "Service", "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+        "ServiceAccount",
     ]  # fmt: skip
     assert kinds(default) == base
     assert kinds(tls) == sorted(
-        [*base, "ConfigMap", "ConfigMap", "PodMonitor", "PrometheusRule", "ServiceMonitor",
-         "ServiceMonitor"]
+        [*base, "ConfigMap", "ConfigMap", "NetworkPolicy", "PodMonitor", "PrometheusRule",
+         "ServiceMonitor", "ServiceMonitor", "ServiceMonitor"]
     )  # fmt: skip
     assert kinds(sim) == sorted(
-        ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment", "Job",
-         "Service", "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount"]
+        ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
+         "Deployment", "Job", "Service", "Service", "Service", "ServiceAccount",
+         "ServiceAccount", "ServiceAccount", "ServiceAccount"]
     )  # fmt: skip
+    deployments = {c for c, _ in pod_specs(default)} - {"node-agent", "topics"}
+    assert deployments == {"worker", "sink-redis", "k8s-watcher"}
 
 
 # --- security -----------------------------------------------------------------------------
@@ -206,7 +218,7 @@ def test_every_container_is_locked_down(values: str, request: pytest.FixtureRequ
         assert pod.get("hostPID", False) is root
         assert pod.get("hostNetwork", False) is False
         assert pod.get("hostIPC", False) is False
-    assert seen == {"worker", "k8s-watcher", "node-agent", "topics"}
+    assert seen == {"worker", "sink-redis", "k8s-watcher", "node-agent", "topics"}
 
 
 def test_the_node_agent_on_gpu_nodes_has_host_pids_and_read_only_kubelet_mounts(
@@ -247,29 +259,78 @@ def test_the_simulated_node_agent_needs_nothing_from_the_host(sim: list[Object])
 
 def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
     tokens = {c: pod["spec"]["automountServiceAccountToken"] for c, pod in pod_specs(default)}
-    assert tokens == {"worker": False, "k8s-watcher": True, "node-agent": False, "topics": False}
+    assert tokens == {
+        "worker": False, "sink-redis": False, "k8s-watcher": True, "node-agent": False,
+        "topics": False,
+    }  # fmt: skip
     accounts = {a["metadata"]["name"]: a for a in by_kind(default, "ServiceAccount")}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
     for component, pod in pod_specs(default):
         if component != "topics":  # a pre-install hook: it runs before the accounts exist
-            assert pod["spec"]["serviceAccountName"] in accounts
+            account = accounts[pod["spec"]["serviceAccountName"]]
+            assert account["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    assert len(accounts) == 4  # one per long-running component
 
 
-def test_secrets_come_from_secrets_and_redis_only_to_the_worker(tls: list[Object]) -> None:
+def test_secrets_come_from_secrets_and_redis_only_to_the_sink(tls: list[Object]) -> None:
     for component, _, container in containers(tls):
         env = env_of(container)
         for name in SECRET_VARS & set(env):
             assert "value" not in env[name], (component, name)
             assert "secretKeyRef" in env[name]["valueFrom"]
-        assert ("GPUWATCH_REDIS_URL" in env) is (component == "worker"), component
+        assert ("GPUWATCH_REDIS_URL" in env) is (component == "sink-redis"), component
         assert env["GPUWATCH_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
             "name": "gpuwatch-kafka-user",
             "key": "password",
         }
-    worker = env_of(one(tls, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0])
-    assert worker["GPUWATCH_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+    sink = one(tls, "Deployment", "sink-redis")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(sink)["GPUWATCH_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
         "name": "gpuwatch-redis",
         "key": "url",
+    }
+
+
+@pytest.mark.parametrize("values", ["default", "tls", "sim"])
+def test_only_the_sink_talks_to_redis(values: str, request: pytest.FixtureRequest) -> None:
+    objects: list[Object] = request.getfixturevalue(values)
+    given_url, given_ca = set(), set()
+    for component, pod, container in containers(objects):
+        if "GPUWATCH_REDIS_URL" in env_of(container):
+            given_url.add(component)
+        if any(v["name"] == "redis-ca" for v in pod["volumes"]):
+            given_ca.add(component)
+    assert given_url == {"sink-redis"}
+    assert given_ca == ({"sink-redis"} if values == "tls" else set())
+    if values == "default":
+        sink = one(objects, "Deployment", "sink-redis")["spec"]["template"]["spec"]
+        (container,) = sink["containers"]
+        assert env_of(container)["GPUWATCH_REDIS_URL"]["value"] == "redis://redis:6379/0"
+
+
+def test_the_redis_ca_is_mounted_on_the_sink_from_its_secret(tls: list[Object]) -> None:
+    sink = one(tls, "Deployment", "sink-redis")["spec"]["template"]["spec"]
+    (container,) = sink["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "redis-ca"]
+    assert mount == {"name": "redis-ca", "mountPath": "/etc/gpuwatch/redis-ca", "readOnly": True}
+    (volume,) = [v for v in sink["volumes"] if v["name"] == "redis-ca"]
+    assert volume["secret"] == {
+        "secretName": "redis-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+
+
+def test_without_the_sink_nothing_is_given_redis(helm: str) -> None:
+    objects = render(helm, "-f", str(TLS_VALUES), "--set", "sinkRedis.enabled=false")
+    components = {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in objects}
+    assert "sink-redis" not in components
+    assert {"worker", "k8s-watcher", "node-agent"} <= components
+    for component, pod, container in containers(objects):
+        assert "GPUWATCH_REDIS_URL" not in env_of(container), component
+        assert all(v["name"] != "redis-ca" for v in pod["volumes"]), component
+    monitors = by_kind(objects, "ServiceMonitor")
+    assert {m["spec"]["endpoints"][0]["relabelings"][0]["replacement"] for m in monitors} == {
+        "gpuwatch-worker",
+        "gpuwatch-k8s-watcher",
     }
 
 
@@ -283,10 +344,15 @@ def test_secrets_come_from_secrets_and_redis_only_to_the_worker(tls: list[Object
         (["--set", "settings.OTHER=1"], "only GPUWATCH_* settings"),
         (["--set", "kafka.sasl.enabled=true"], "needs kafka.sasl.passwordSecret.name"),
         (["--set", "worker.replicas=13"], "worker.replicas (13) exceeds kafka.partitions (12)"),
+        (["--set", "sinkRedis.replicas=13"],
+         "sinkRedis.replicas (13) exceeds kafka.partitions (12)"),
+        (["--set", "settings.GPUWATCH_SINK_METRICS_PORT=1"], "is set by the chart"),
         (["--set", "nodeAgent.backend=dcgm"], "nodeAgent.backend: nvml or sim"),
+        (["--set", "prometheusRule.enabled=true", "--set", "prometheusRule.alertsFrom=metrics"],
+         "prometheusRule.alertsFrom: stream or thresholds"),
     ],
     ids=["redis-password", "redis-setting", "sasl-setting", "managed", "not-gpuwatch",
-         "sasl-no-secret", "replicas", "backend"],
+         "sasl-no-secret", "replicas", "sink-replicas", "sink-port", "backend", "alerts-from"],
 )  # fmt: skip
 def test_unsafe_or_broken_values_are_refused(helm: str, setting: list[str], message: str) -> None:
     done = template(helm, *setting)
@@ -325,7 +391,9 @@ def test_env_names_are_settings_and_the_settings_load(
             assert str(kafka.ssl_cafile) == "/etc/gpuwatch/kafka-ca/ca.crt"
             assert settings.windows.window_s == 30
             assert settings.watcher.namespaces == ("ml", "research")
-            if component != "topics":
+            if component == "sink-redis":  # the worker prices the records
+                assert "GPUWATCH_PRICES" not in env
+            elif component != "topics":
                 assert settings.cost.prices.models == {"H100": 3.2}
         else:
             assert settings.kafka.security_protocol == "PLAINTEXT"
@@ -355,6 +423,7 @@ def test_container_args_parse_with_the_gpuwatch_command_line(
         "k8s-watcher": ("k8s-watcher", "_k8s_watcher"),
         "node-agent": ("node-agent", "_node_agent"),
         "topics": ("topics", "_topics_create"),
+        "sink-redis": ("sink", "_redis"),
     }
 
 
@@ -372,17 +441,24 @@ def test_the_topics_job_runs_before_install_and_upgrade(default: list[Object]) -
 # --- workers ------------------------------------------------------------------------------
 
 
-def test_workers_stop_gracefully_and_are_disrupted_one_at_a_time(tls: list[Object]) -> None:
-    worker = one(tls, "Deployment", "worker")
-    assert worker["spec"]["replicas"] == 6
-    pod = worker["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == 30  # the worker forces its exit at 25 s
-    (pdb,) = by_kind(tls, "PodDisruptionBudget")
+@pytest.mark.parametrize(("component", "replicas"), [("worker", 6), ("sink-redis", 3)])
+def test_workers_and_sinks_stop_gracefully_and_are_disrupted_one_at_a_time(
+    tls: list[Object], component: str, replicas: int
+) -> None:
+    deployment = one(tls, "Deployment", component)
+    assert deployment["spec"]["replicas"] == replicas
+    pod = deployment["spec"]["template"]["spec"]
+    # The worker forces its exit at 25 s; the sink exits within seconds.
+    assert pod["terminationGracePeriodSeconds"] == 30
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/component"] == component
+    pdb = one(tls, "PodDisruptionBudget", component)
     assert pdb["spec"]["maxUnavailable"] == 1
-    assert pdb["spec"]["selector"]["matchLabels"] == worker["spec"]["selector"]["matchLabels"]
-    assert worker["spec"]["template"]["metadata"]["labels"].items() >= (
-        pdb["spec"]["selector"]["matchLabels"].items()
-    )
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+    # Replicas spread over nodes, each component apart from the other.
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
 
 
 def test_one_watcher_that_never_overlaps_a_second(default: list[Object]) -> None:
@@ -435,12 +511,14 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
         "worker": "GPUWATCH_METRICS_PORT",
         "node-agent": "GPUWATCH_AGENT_METRICS_PORT",
         "k8s-watcher": "GPUWATCH_WATCHER_METRICS_PORT",
+        "sink-redis": "GPUWATCH_SINK_METRICS_PORT",
     }
     defaults = load_settings(env={"HOME": "/tmp"})
     setting = {
         "worker": defaults.metrics.port,
         "node-agent": defaults.agent.metrics_port,
         "k8s-watcher": defaults.watcher.metrics_port,
+        "sink-redis": defaults.sink.metrics_port,
     }
     jobs = prometheus_jobs()
     for component, _, container in containers(default):
@@ -449,7 +527,7 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
             continue
         (port,) = container["ports"]
         assert port["name"] == "metrics"
-        assert port["containerPort"] == setting[component] == jobs[f"gpuwatch-{component}"]
+        assert port["containerPort"] == setting[component] == jobs[JOBS[component]]
         assert env_of(container)[port_env[component]]["value"] == str(port["containerPort"])
     services = {
         s["metadata"]["labels"]["app.kubernetes.io/component"]: s["spec"]["ports"]
@@ -459,6 +537,9 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
         "worker": [{"name": "metrics", "port": 9480, "targetPort": "metrics", "protocol": "TCP"}],
         "k8s-watcher": [
             {"name": "metrics", "port": 9482, "targetPort": "metrics", "protocol": "TCP"}
+        ],
+        "sink-redis": [
+            {"name": "metrics", "port": 9483, "targetPort": "metrics", "protocol": "TCP"}
         ],
     }
 
@@ -484,9 +565,11 @@ def test_monitors_keep_the_pod_labels_and_name_the_jobs_the_rules_use(tls: list[
             assert services[component]["metadata"]["labels"].items() >= selector.items()
     assert jobs == {
         "gpuwatch-worker": "worker",
+        "gpuwatch-sink": "sink-redis",
         "gpuwatch-k8s-watcher": "k8s-watcher",
         "gpuwatch-node-agent": "node-agent",
     }
+    assert jobs == {job: component for component, job in JOBS.items()}
     assert set(jobs) == set(prometheus_jobs())
 
 
@@ -504,6 +587,12 @@ def test_the_prometheus_rule_is_the_rules_file_and_promtool_accepts_it(
             "NodeTelemetryMissing"} <= set(alerts)  # fmt: skip
 
 
+def test_the_prometheus_rule_can_carry_the_threshold_rules_instead(helm: str) -> None:
+    objects = render(helm, "-f", str(TLS_VALUES), "--set", "prometheusRule.alertsFrom=thresholds")
+    (rule,) = by_kind(objects, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(THRESHOLD_RULES.read_text(encoding="utf-8"))
+
+
 def test_the_dashboards_config_map_holds_every_dashboard(tls: list[Object]) -> None:
     (board_map,) = [o for o in by_kind(tls, "ConfigMap") if "prices.yaml" not in o["data"]]
     assert board_map["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -513,9 +602,22 @@ def test_the_dashboards_config_map_holds_every_dashboard(tls: list[Object]) -> N
     assert len(files) == 5
 
 
+def policies_of(objects: list[Object], pod: Object) -> list[Object]:
+    """The network policies whose pod selector picks this pod template."""
+    labels = pod["metadata"]["labels"]
+    return [
+        p
+        for p in by_kind(objects, "NetworkPolicy")
+        if labels.items() >= p["spec"]["podSelector"]["matchLabels"].items()
+    ]
+
+
 def test_network_policy_admits_only_the_metrics_ports(tls: list[Object]) -> None:
-    (policy,) = by_kind(tls, "NetworkPolicy")
+    policy = one(tls, "NetworkPolicy", "network")
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (sink_policy,) = [p for p in by_kind(tls, "NetworkPolicy") if p is not policy]
+    assert sink_policy["spec"]["policyTypes"] == ["Egress"]  # admits no connection in
+    assert "ingress" not in sink_policy["spec"]
     (ingress,) = policy["spec"]["ingress"]
     assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert ingress["from"] == [
@@ -526,6 +628,35 @@ def test_network_policy_admits_only_the_metrics_ports(tls: list[Object]) -> None
         assert pod["metadata"]["labels"].items() >= selected.items()
         for container in pod["spec"]["containers"]:
             assert [p["name"] for p in container.get("ports", [])] in ([], ["metrics"])
+
+
+def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> None:
+    ports = {}
+    for component, pod in pod_specs(tls):
+        rules = [rule for p in policies_of(tls, pod) for rule in p["spec"].get("egress", [])]
+        ports[component] = {port["port"] for rule in rules for port in rule["ports"]}
+    common = {53, 9093, 6443}  # DNS, Kafka, the API server: networkPolicy.egress
+    assert ports == {
+        "worker": common, "sink-redis": common | {6380}, "k8s-watcher": common,
+        "node-agent": common, "topics": common,
+    }  # fmt: skip
+    sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
+    redis_policy = one(tls, "NetworkPolicy", "sink-redis")
+    assert redis_policy["spec"]["podSelector"]["matchLabels"] == sink
+
+
+def test_the_redis_egress_policy_only_where_egress_is_restricted(helm: str) -> None:
+    redis = 'networkPolicy.redisEgress=[{"ports": [{"port": 6379}]}]'
+    unrestricted = render(helm, "--set-json", redis)
+    assert [p["spec"]["policyTypes"] for p in by_kind(unrestricted, "NetworkPolicy")] == [
+        ["Ingress"]
+    ]
+    kafka = 'networkPolicy.egress=[{"ports": [{"port": 9092}]}]'
+    restricted = render(helm, "--set-json", redis, "--set-json", kafka)
+    assert sorted(p["spec"]["policyTypes"] for p in by_kind(restricted, "NetworkPolicy")) == [
+        ["Egress"],
+        ["Ingress", "Egress"],
+    ]
 
 
 # --- the chart as a package ---------------------------------------------------------------

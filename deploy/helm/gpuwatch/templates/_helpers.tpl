@@ -51,11 +51,11 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 
 {{/*
 Checks of values that would otherwise fail late, in a pod: secrets in plain values,
-more workers than partitions.
+more workers or Redis sinks than partitions.
 */}}
 {{- define "gpuwatch.validate" -}}
 {{- $secretVars := list "GPUWATCH_REDIS_URL" "GPUWATCH_KAFKA_SASL_PASSWORD" -}}
-{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
+{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
 {{- range $name, $_ := .Values.settings -}}
 {{- if not (hasPrefix "GPUWATCH_" $name) -}}
 {{- fail (printf "settings.%s: only GPUWATCH_* settings go here (the extraEnv of a component takes other variables)" $name) -}}
@@ -76,6 +76,9 @@ more workers than partitions.
 {{- if gt (int .Values.worker.replicas) (int .Values.kafka.partitions) -}}
 {{- fail (printf "worker.replicas (%d) exceeds kafka.partitions (%d): the extra workers would get no partition" (int .Values.worker.replicas) (int .Values.kafka.partitions)) -}}
 {{- end -}}
+{{- if and .Values.sinkRedis.enabled (gt (int .Values.sinkRedis.replicas) (int .Values.kafka.partitions)) -}}
+{{- fail (printf "sinkRedis.replicas (%d) exceeds kafka.partitions (%d): the extra sinks would get no partition" (int .Values.sinkRedis.replicas) (int .Values.kafka.partitions)) -}}
+{{- end -}}
 {{- if not (has .Values.nodeAgent.backend (list "nvml" "sim")) -}}
 {{- fail "nodeAgent.backend: nvml or sim" -}}
 {{- end -}}
@@ -83,7 +86,7 @@ more workers than partitions.
 
 {{/*
 The environment of every gpuwatch container: Kafka (with its secret), metrics bind,
-prices, the settings passthrough. Redis is added by the worker alone. Called with
+prices, the settings passthrough. Redis is added by the Redis sink alone. Called with
 (dict "root" $ "prices" bool): the topics hook runs before the prices ConfigMap exists
 and needs no prices.
 */}}
@@ -130,7 +133,7 @@ and needs no prices.
 {{- end -}}
 {{- end -}}
 
-{{/* The worker's Redis URL: from a Secret, or the plain value. */}}
+{{/* The Redis sink's Redis URL: from a Secret, or the plain value. */}}
 {{- define "gpuwatch.redisEnv" -}}
 - name: GPUWATCH_REDIS_URL
 {{- if .Values.redis.existingSecret.name }}
@@ -206,4 +209,57 @@ rolls the pods (the processes read it at start): a YAML map, or nothing. Called 
 {{- range .args }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The affinity of a Deployment with replicas: the component's own, or else a preference to
+spread its replicas over nodes. Called with (dict "root" $ "component" name "affinity" map).
+*/}}
+{{- define "gpuwatch.spreadAffinity" -}}
+{{- if .affinity -}}
+{{- toYaml .affinity -}}
+{{- else -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "gpuwatch.selectorLabels" . | nindent 12 }}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's PodDisruptionBudget. Called with (dict "root" $ "component" name "maxUnavailable" n). */}}
+{{- define "gpuwatch.pdb" -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "gpuwatch.componentName" . }}
+  labels:
+    {{- include "gpuwatch.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: {{ .maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "gpuwatch.selectorLabels" . | nindent 6 }}
+{{- end -}}
+
+{{/* The Service of a component's /metrics. Called with (dict "root" $ "component" name "port" n). */}}
+{{- define "gpuwatch.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "gpuwatch.componentName" . }}
+  labels:
+    {{- include "gpuwatch.labels" . | nindent 4 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "gpuwatch.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: metrics
+      port: {{ .port }}
+      targetPort: metrics
+      protocol: TCP
 {{- end -}}

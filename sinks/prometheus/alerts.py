@@ -1,0 +1,141 @@
+"""The stream's firing alerts as series: `gpuwatch_alert_firing` and its `_since_seconds`.
+
+The shipped rules (deploy/prometheus/gpuwatch-rules.yml) read these series with no `for`,
+so an alert the worker fired is in Prometheus' `ALERTS` one scrape and one rule evaluation
+later. An alert's series appear with its firing message and go with its resolved one.
+
+Labels are fixed: `ALERT_LABELS`, values cleaned; absent ones are empty (Prometheus reads
+an empty label as none). `alertname` is the alert's name, so the rule of the same name
+that reads it (and sets `alertname` on its alerts) keeps it. A GpuIdleAllocated alert of a
+GPU shared by several pods (its `pods` label, `ns/pod,...`) has one series per pod, as the
+metric-threshold rule had one alert per holder: each routes by its own namespace.
+
+Order per alert (fingerprint): a message counts when its (ts, status) is later than the
+last one counted, a resolved message after a firing one of the same ts (as the Redis
+firing set orders them); so a replayed firing message does not revive a resolved alert
+(resolutions are remembered for the latest `max_series` alerts), and a later firing
+message (a refresh) replaces the series. `forget` drops an alert with its order, so the
+firing message observed again afterwards shows it again.
+
+Restarts and moves: the stream sends a firing message once and does not refresh it
+(streams/SEMANTICS-alerts.md), and these series live in the process. A worker that
+restarts, or takes over a partition, does not export the alerts that fired before, and
+the worker that gave the partition up forgets them; Prometheus resolves them in `ALERTS`
+at its next evaluation. They come back only when fed again: the firing alerts of the
+recovered state handed to `observe_alert` when partitions are assigned.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from schemas.alert import Alert
+from sinks.prometheus.collector import ALERT_LABELS, clean, label_text
+
+__all__ = ["AlertRow", "FiringAlerts"]
+
+AlertRow = tuple[Sequence[str], str, float]
+"""label values, their exposition text, when the condition began (epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Firing:
+    """One firing alert: its order mark, what `forget` matches, its rows."""
+
+    mark: int
+    pod: str | None  # the subject pod's uid (pod alerts)
+    node: str | None  # the subject's node (GPU and node alerts)
+    gpu: str | None  # the subject GPU's uuid (GPU alerts)
+    rows: tuple[AlertRow, ...]
+
+
+def _mark(alert: Alert) -> int:
+    """The message's place in its alert's history: by ts, resolved after firing at one ts."""
+    return alert.ts * 2 + (alert.status == "resolved")
+
+
+def _holders(labels: dict[str, str]) -> list[tuple[str, str]]:
+    """(namespace, pod) per series: the alert's own, or one per entry of `pods`."""
+    if "pods" in labels and "pod" not in labels:
+        named = [entry.partition("/") for entry in labels["pods"].split(",") if entry]
+        return [(ns, pod) if pod else ("", ns) for ns, _, pod in named] or [("", "")]
+    return [(labels.get("namespace", ""), labels.get("pod", ""))]
+
+
+def _rows(alert: Alert) -> tuple[AlertRow, ...]:
+    labels, subject = dict(alert.labels), alert.subject
+    node = labels.get("node") or subject.node
+    gpu = labels.get("gpu") or subject.uuid
+    uid = labels.get("pod_uid") or subject.uid
+    since = alert.since / 1000
+    rows = []
+    for namespace, pod in _holders(labels):
+        values = tuple(
+            clean(v)
+            for v in (alert.name, alert.severity, namespace, pod, labels.get("team"), node, gpu,
+                      labels.get("model"), uid)
+        )  # fmt: skip
+        rows.append((values, label_text(ALERT_LABELS, values), since))
+    return tuple(rows)
+
+
+class FiringAlerts:
+    """The firing alerts of one worker, at most `max_series` series; not thread-safe."""
+
+    def __init__(self, max_series: int) -> None:
+        self._max = max_series
+        self._firing: dict[str, _Firing] = {}
+        self._resolved: OrderedDict[str, int] = OrderedDict()  # fingerprint -> mark
+        self._series = 0
+
+    def __len__(self) -> int:
+        """The number of series."""
+        return self._series
+
+    def observe(self, alert: Alert) -> int:
+        """Apply a firing or resolved message; the number of series refused by the cap."""
+        key, mark = alert.fingerprint, _mark(alert)
+        old = self._firing.get(key)
+        last = old.mark if old is not None else self._resolved.get(key)
+        if last is not None and mark <= last:
+            return 0  # a replay, or older than what is shown
+        if old is not None:
+            del self._firing[key]
+            self._series -= len(old.rows)
+        if alert.status == "resolved":
+            self._resolved[key] = mark
+            self._resolved.move_to_end(key)
+            if len(self._resolved) > self._max:
+                self._resolved.popitem(last=False)
+            return 0
+        self._resolved.pop(key, None)
+        rows = _rows(alert)
+        if self._series + len(rows) > self._max:
+            return len(rows)
+        subject = alert.subject
+        pod = subject.uid if subject.kind == "pod" else None
+        node = subject.node if subject.kind != "pod" else None
+        self._firing[key] = _Firing(mark, pod, node, subject.uuid, rows)
+        self._series += len(rows)
+        return 0
+
+    def forget(self, pods: Iterable[str], gpus: Iterable[str], nodes: Iterable[str]) -> None:
+        """Drop the alerts of pods (uids), and of GPUs (uuids) and nodes, of revoked partitions.
+
+        A pod alert belongs to the pod's partition, a GPU or node alert to the node's: a
+        revoked node takes its GPU and node alerts, not the alerts of the pods on it.
+        """
+        pod_set, gpu_set, node_set = set(pods), set(gpus), set(nodes)
+        gone = [
+            key
+            for key, a in self._firing.items()
+            if a.pod in pod_set or a.node in node_set or (a.pod is None and a.gpu in gpu_set)
+        ]
+        for key in gone:
+            self._series -= len(self._firing.pop(key).rows)
+
+    def rows(self) -> list[AlertRow]:
+        """Every series, alert by alert in the order they fired."""
+        return [row for firing in self._firing.values() for row in firing.rows]

@@ -1,0 +1,115 @@
+"""The two rule sets: the stream's alerts (default) and the metric thresholds (alternative).
+
+Both carry the five product alerts under their public names and the same pipeline group,
+so a user switches by loading one file instead of the other; the default rules read the
+firing series the worker exports, with no `for` and the stream's severity.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+import yaml
+from support.commands import run_command
+
+from schemas.alert import AlertName
+from streams.core import gpu_alerts, pod_alerts
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+STREAM = PROMETHEUS / "gpuwatch-rules.yml"
+THRESHOLDS = PROMETHEUS / "gpuwatch-threshold-rules.yml"
+PRODUCT = set(get_args(AlertName))
+SEVERITY: dict[str, str] = {
+    name: severity
+    for table in (gpu_alerts.SEVERITY, pod_alerts.SEVERITY)
+    for name, severity in table.items()
+}
+
+
+def groups(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Group name -> its rules."""
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return {group["name"]: group["rules"] for group in loaded["groups"]}
+
+
+def alerts(path: Path) -> dict[str, dict[str, Any]]:
+    """Alert name -> its rule, over every group of the file."""
+    return {rule["alert"]: rule for rules in groups(path).values() for rule in rules}
+
+
+def product(path: Path) -> dict[str, dict[str, Any]]:
+    return {name: rule for name, rule in alerts(path).items() if name in PRODUCT}
+
+
+def test_each_in_stream_alert_has_one_rule_in_each_set_under_its_public_name() -> None:
+    assert set(product(STREAM)) == PRODUCT
+    assert set(product(THRESHOLDS)) == PRODUCT
+    assert set(alerts(STREAM)) == set(alerts(THRESHOLDS))
+    assert list(groups(STREAM)) == ["gpuwatch-stream-alerts", "gpuwatch-pipeline"]
+    assert list(groups(THRESHOLDS)) == [
+        "gpuwatch-threshold-gpus", "gpuwatch-threshold-pods", "gpuwatch-threshold-nodes",
+        "gpuwatch-pipeline",
+    ]  # fmt: skip
+
+
+def test_both_sets_have_the_same_pipeline_group() -> None:
+    assert groups(STREAM)["gpuwatch-pipeline"] == groups(THRESHOLDS)["gpuwatch-pipeline"]
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCT))
+def test_a_stream_rule_reads_its_own_firing_series_with_no_for_and_the_streams_severity(
+    name: str,
+) -> None:
+    rule = product(STREAM)[name]
+    assert "for" not in rule
+    assert "keep_firing_for" not in rule
+    selectors = re.findall(r"(\w+)\{([^}]*)\}", rule["expr"])
+    firing = [labels for metric, labels in selectors if metric == "gpuwatch_alert_firing"]
+    assert firing
+    assert all(labels == f'alertname="{name}"' for labels in firing)
+    assert rule["labels"] == {"severity": SEVERITY[name]}
+
+
+def test_the_threshold_rules_keep_their_for_and_severities() -> None:
+    rules = product(THRESHOLDS)
+    assert {name: rule.get("for") for name, rule in rules.items()} == {
+        "GpuIdleAllocated": "1m", "GpuUnallocatedAccess": "30s", "PodStalled": "1m",
+        "PodQueuedTooLong": None, "NodeTelemetryMissing": "1m",
+    }  # fmt: skip
+    assert {name: rule["labels"]["severity"] for name, rule in rules.items()} == SEVERITY
+    assert not any("gpuwatch_alert_firing" in rule["expr"] for rule in rules.values())
+
+
+def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
+    stream, thresholds = product(STREAM), product(THRESHOLDS)
+    differ = {
+        name
+        for name in PRODUCT
+        if stream[name]["annotations"]["runbook"] != thresholds[name]["annotations"]["runbook"]
+    }
+    assert differ == {"NodeTelemetryMissing"}
+
+
+@pytest.mark.parametrize("path", [STREAM, THRESHOLDS], ids=["stream", "thresholds"])
+def test_promtool_accepts_the_rule_set(path: Path) -> None:
+    done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 10 rules found" in done.stdout
+
+
+def test_the_promtool_tests_cover_both_sets() -> None:
+    """Each rule file is loaded by some unit test file, and every test file passes."""
+    tests = sorted((PROMETHEUS / "tests").glob("*.yml"))
+    loaded = {
+        (path.parent / rule).resolve().name
+        for path in tests
+        for rule in yaml.safe_load(path.read_text(encoding="utf-8"))["rule_files"]
+    }
+    assert loaded == {STREAM.name, THRESHOLDS.name}
+    done = run_command(["promtool", "test", "rules", *map(str, tests)], timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("SUCCESS") == len(tests)
