@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuwatch import kafka
+from gpuwatch.run.memory import start_trimming
 from gpuwatch.run.worker import WorkerStartError, check_topics
 from schemas.settings import Settings
 from sinks.prometheus.metrics import MetricsServeError, serve
@@ -97,6 +98,7 @@ def run_redis(settings: Settings) -> int:
         writer.stopping()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stop_trimming = start_trimming()
     log.info(
         "redis sink starting group=%s prefix=%s redis=%s metrics=%s:%d",
         writer.group,
@@ -108,6 +110,7 @@ def run_redis(settings: Settings) -> int:
     try:
         writer.run()
     finally:
+        stop_trimming()
         writer.stop()
         server.shutdown()
         server.server_close()

@@ -19,6 +19,7 @@ from gpuwatch.kafka import (
     ensure_topic,
     new_topic,
 )
+from gpuwatch.run.memory import start_trimming
 from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.tick_timer import tick_topic_name
@@ -84,11 +85,16 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
     check_topics(settings)
     ensure_tick_topic(settings)
     options = options or WorkerOptions()
-    if options.datadir is None:
-        # Faust wants a data directory even when every table lives in memory.
-        with tempfile.TemporaryDirectory(prefix="gpuwatch-worker-") as datadir:
-            return _run(settings, dataclasses.replace(options, datadir=Path(datadir)), loglevel)
-    return _run(settings, options, loglevel)
+    stop_trimming = start_trimming()
+    try:
+        if options.datadir is None:
+            # Faust wants a data directory even when every table lives in memory.
+            with tempfile.TemporaryDirectory(prefix="gpuwatch-worker-") as datadir:
+                options = dataclasses.replace(options, datadir=Path(datadir))
+                return _run(settings, options, loglevel)
+        return _run(settings, options, loglevel)
+    finally:
+        stop_trimming()
 
 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
