@@ -27,7 +27,7 @@ from schemas.settings import KafkaSettings
 from schemas.topics import K8S_PODS, NVML_SAMPLES
 from streams.faust.clients import aiokafka_producer
 
-__all__ = ["Fleet", "PacedResult", "build_fleet", "pace", "pod_event", "produce"]
+__all__ = ["Fleet", "PacedResult", "build_fleet", "pace", "pod_event", "produce", "send_live"]
 
 S = 1000
 POD_EVENTS_BEFORE_MS = 5 * S  # pods are running before the first sample
@@ -256,3 +256,25 @@ async def pace(
     finally:
         await producer.stop()
     return PacedResult(messages_per_s, total, elapsed, sent_at)
+
+
+async def send_live(
+    kafka: KafkaSettings, topic: str, messages: Iterable[tuple[float, bytes, bytes]]
+) -> list[float]:
+    """Send each (due wall time, key, value) at its time, as an agent does at a sample's end.
+
+    Returns the wall time each was handed to the client; acknowledged on return.
+    """
+    producer = _producer(kafka, linger_ms=0)
+    await producer.start()
+    sent_at: list[float] = []
+    try:
+        futures = []
+        for due, key, value in messages:
+            await asyncio.sleep(max(0.0, due - time.time()))
+            sent_at.append(time.time())
+            futures.append(await producer.send(topic, value, key=key))
+        await asyncio.wait_for(asyncio.gather(*futures), SEND_DEADLINE_S)
+    finally:
+        await producer.stop()
+    return sent_at

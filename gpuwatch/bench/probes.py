@@ -1,8 +1,7 @@
-"""What `gpuwatch bench worker` reads: the worker process, group offsets, Redis, the baselines.
+"""What `gpuwatch bench worker` reads: group offsets, Redis, the baselines.
 
-The worker runs as `python -m gpuwatch.cli worker` with the bench's settings in its
-environment; its RSS and CPU come from /proc. Its progress is the committed offsets of its
-consumer group, read through the admin API, so measuring costs the worker nothing. The
+The progress of a worker (or the Redis sink) is the committed offsets of its consumer
+group, read through the admin API, so measuring costs the process nothing. The
 baselines read the same topic: a bare aiokafka consumer in this process, and the Faust
 floor (`gpuwatch.bench.floor`) in a process of its own.
 """
@@ -10,19 +9,17 @@ floor (`gpuwatch.bench.floor`) in a process of its own.
 from __future__ import annotations
 
 import json
+import logging
 import math
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
+from gpuwatch.bench.procs import worker_env
 from gpuwatch.kafka import TopicPartition as KafkaTopicPartition
 from gpuwatch.kafka import admin, consumer
 from schemas.settings import Settings
@@ -36,104 +33,13 @@ __all__ = [
     "DecodeRun",
     "LatencyProbe",
     "Offsets",
-    "WorkerProcess",
+    "Poller",
     "bare_consumer",
     "faust_floor",
     "remaining",
-    "worker_env",
 ]
 
-MB = 1 << 20
 READ_DEADLINE_S = 600.0  # the baselines read the full backlog in seconds; a loaded box more
-STOP_DEADLINE_S = 40.0  # the worker commits and exits on SIGTERM within its own 25 s bound
-PAUSED_SESSION_S = 90  # the worker is paused while the backlog is produced: Faust's longest
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def worker_env(settings: Settings, redis_url: str) -> dict[str, str]:
-    """The environment of a worker (or the floor) on the bench's topics, app id and Redis."""
-    kafka = settings.kafka
-    return {
-        **os.environ,
-        "GPUWATCH_TOPIC_PREFIX": kafka.topic_prefix,
-        "GPUWATCH_APP_ID": kafka.app_id,
-        "GPUWATCH_KAFKA_BOOTSTRAP": kafka.bootstrap,
-        "GPUWATCH_KAFKA_PARTITIONS": str(kafka.partitions),
-        "GPUWATCH_REDIS_URL": redis_url,
-        "GPUWATCH_METRICS_PORT": str(free_port()),
-        "GPUWATCH_WORKER_SINKS": "true",
-    }
-
-
-class WorkerProcess:
-    """`python -m gpuwatch.cli worker` with its sinks, its log in a file."""
-
-    def __init__(self, settings: Settings, redis_url: str, log_path: Path) -> None:
-        argv = [sys.executable, "-m", "gpuwatch.cli", "worker", "--instance", "bench"]
-        argv += ["--session-timeout", str(PAUSED_SESSION_S)]
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                argv, env=worker_env(settings, redis_url), stdout=log, stderr=subprocess.STDOUT
-            )
-        self._peak_mb = 0.0
-
-    def log_tail(self, chars: int = 3000) -> str:
-        """The end of the worker's log."""
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def check(self) -> None:
-        """Raise if the worker exited."""
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the worker exited ({self.process.returncode}):\n{self.log_tail()}")
-
-    def _status_mb(self, field: str) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024 / MB  # kB
-        raise RuntimeError(f"no {field} in /proc/{self.process.pid}/status")
-
-    def rss_mb(self) -> float:
-        """Resident memory now (VmRSS)."""
-        rss = self._status_mb("VmRSS")
-        self._peak_mb = max(self._peak_mb, rss)
-        return rss
-
-    def peak_mb(self) -> float:
-        """The most resident memory the process has had (VmHWM)."""
-        return max(self._peak_mb, self._status_mb("VmHWM"))
-
-    def cpu_s(self) -> float:
-        """CPU seconds of the process, all threads, so far."""
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-    def pause(self) -> None:
-        """Stop the process (SIGSTOP): it keeps its partitions within its session timeout."""
-        self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """Let a paused process go on (SIGCONT)."""
-        self.process.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        """SIGTERM (after SIGCONT, should it be paused), SIGKILL past the deadline."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 class Offsets:
@@ -159,11 +65,22 @@ class Offsets:
         tps = [KafkaTopicPartition(topic, p) for p in range(self.partitions)]
         return {tp.partition: offset for tp, offset in self._consumer.end_offsets(tps).items()}
 
-    def committed(self, topic: str) -> int:
-        """Messages of a topic the worker's group has committed."""
+    def committed(self, topic: str, group: str | None = None) -> int:
+        """Messages of a topic a group (the worker's by default) has committed."""
+        group = group or self.group
         tps = [KafkaTopicPartition(topic, p) for p in range(self.partitions)]
-        offsets = self._admin.list_group_offsets({self.group: tps})[self.group]
+        offsets = self._admin.list_group_offsets({group: tps})[group]
         return sum(o.offset for o in offsets.values() if o.offset > 0)
+
+    def members(self, group: str | None = None) -> int:
+        """Members of a group (the worker's by default) once it is stable, else 0."""
+        group = group or self.group
+        # kafka-python warns, every call, that it cannot decode Faust's member metadata.
+        logging.getLogger("kafka.admin._groups").setLevel(logging.ERROR)
+        described: dict[str, Any] = self._admin.describe_groups([group]).get(group) or {}
+        if described.get("group_state") != "Stable":
+            return 0
+        return len(described.get("members") or ())
 
     def close(self) -> None:
         """Close both clients."""
@@ -171,7 +88,7 @@ class Offsets:
         self._admin.close()
 
 
-class _Poller:
+class Poller:
     """Calls `_poll` every `interval_s` in a daemon thread, from `with` until its end."""
 
     def __init__(self, name: str, interval_s: float) -> None:
@@ -200,13 +117,16 @@ class _Poller:
             self._stop.wait(self._interval_s)
 
 
-class CommitWatcher(_Poller):
+class CommitWatcher(Poller):
     """Reads the worker's committed offsets of one topic every `interval_s`, in a thread."""
 
-    def __init__(self, settings: Settings, topic: str, interval_s: float = 0.2) -> None:
+    def __init__(
+        self, settings: Settings, topic: str, interval_s: float = 0.2, group: str | None = None
+    ) -> None:
         super().__init__("commit-watcher", interval_s)
         self._offsets = Offsets(settings)
         self._topic = topic
+        self._group = group
         self.points: list[tuple[float, int]] = []
         """(monotonic time read, messages committed)."""
 
@@ -219,14 +139,14 @@ class CommitWatcher(_Poller):
         return self.points[-1][1] if self.points else 0
 
     def _poll(self) -> None:
-        committed = self._offsets.committed(self._topic)
+        committed = self._offsets.committed(self._topic, self._group)
         self.points.append((time.monotonic(), committed))
 
     def _close(self) -> None:
         self._offsets.close()
 
 
-class LatencyProbe(_Poller):
+class LatencyProbe(Poller):
     """Reads `updated_at` of the watched GPUs' Redis hashes often, in a thread."""
 
     def __init__(self, url: str, uuids: Iterable[str], interval_s: float = 0.02) -> None:

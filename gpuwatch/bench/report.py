@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from gpuwatch.bench.alert_figures import AlertResult, alert_fields, format_alerts
+from gpuwatch.bench.figures import Latencies
+from gpuwatch.bench.scale import TwoWorkers
 
 __all__ = [
     "TARGET_GPU_SAMPLES_PER_S",
@@ -22,16 +26,6 @@ __all__ = [
 TARGET_GPU_SAMPLES_PER_S = 40_000  # 5,000 nodes x 8 GPUs at 1 Hz: the largest clusters
 TARGET_RATIO = 0.5  # the worker at least half as fast as a loop that only decodes
 TARGET_P99_MS = 2_000  # seconds of latency, against minutes of scrape-based alerting
-
-
-@dataclass(frozen=True)
-class Latencies:
-    """End-to-end latencies of the watched samples."""
-
-    samples: list[tuple[float, float]]
-    """(send time, ms), in send order."""
-    censored: int
-    """Samples not in Redis when the wait ended: their ms are lower bounds."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +46,17 @@ class WorkerResult:
     """CPU of the worker process, all threads, while it worked off the backlog."""
     worker_cores: float
     """The worker's CPU seconds per second meanwhile."""
+    broker_cores: float | None
+    """The broker's CPU seconds per second meanwhile, when its pid can be read."""
+    sink_cpu_us_per_gpu_sample: float
+    """CPU of the Redis sink process over the same backlog: every sample and the records
+    the worker made of them written, per GPU-sample."""
+    sink_cores: float
+    """The sink's CPU seconds per second from the resume until it had written the backlog."""
+    sink_drain_s: float
+    sink_rss_mb: float
+    """The sink's VmRSS once it had written the backlog."""
+    sink_rss_peak_mb: float
     baseline_gpu_samples_per_s: float
     """A bare aiokafka consumer reading and decoding the same backlog."""
     baseline_cpu_us_per_gpu_sample: float
@@ -96,11 +101,22 @@ class WorkerRun:
 
     result: WorkerResult
     latencies: Latencies
+    two: TwoWorkers | None = None
+    """Two workers in one group on the same backlog, when that part ran."""
+    alerts: AlertResult | None = None
+    """The idle-alert part, when it ran."""
 
 
-def worker_json(result: WorkerResult) -> str:
-    """One JSON line: every figure, the ratios and the targets."""
+def worker_json(
+    result: WorkerResult, two: TwoWorkers | None = None, alerts: AlertResult | None = None
+) -> str:
+    """One JSON line: every figure, the ratios and the targets; a part not run is null."""
     data: dict[str, Any] = asdict(result)
+    if two is None:
+        data.update(dict.fromkeys(f.name for f in fields(TwoWorkers)))
+    else:
+        data.update(asdict(two))
+    data.update(alert_fields(alerts))
     data["ratio"] = result.ratio
     data["ratio_to_faust_floor"] = result.ratio_to_faust_floor
     data["targets"] = {
@@ -115,7 +131,9 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def format_worker(result: WorkerResult) -> str:
+def format_worker(
+    result: WorkerResult, two: TwoWorkers | None = None, alerts: AlertResult | None = None
+) -> str:
     """A human summary, each figure against its target."""
     r = result
     at_target = r.paced_achieved_gpu_samples_per_s >= 0.95 * TARGET_GPU_SAMPLES_PER_S
@@ -151,9 +169,28 @@ def format_worker(result: WorkerResult) -> str:
             f"  worker RSS             {r.worker_rss_mb:.0f} MB with {r.pods} pods "
             f"({r.worker_rss_idle_mb:.0f} MB idle, peak {r.worker_rss_peak_mb:.0f} MB): "
             f"{r.rss_mb_per_10k_pods:.1f} MB per 10,000 pods",
+            f"  Redis sink process     {r.sink_cpu_us_per_gpu_sample:.1f} us CPU per GPU-sample "
+            f"({r.sink_cores:.2f} cores, {r.sink_drain_s:.0f} s, RSS {r.sink_rss_mb:.0f} MB); "
+            f"broker {_cores(r.broker_cores)}",
             f"  producer               {r.producer_cpu_us_per_gpu_sample:.1f} us CPU per "
             f"GPU-sample ({r.producer_figure})",
+            *([] if two is None else [_format_two(two)]),
+            *([] if alerts is None else format_alerts(alerts)),
         ]
+    )
+
+
+def _cores(cores: float | None) -> str:
+    return "unknown cores (its pid is not readable)" if cores is None else f"{cores:.2f} cores"
+
+
+def _format_two(t: TwoWorkers) -> str:
+    each = ", ".join(f"{c:.2f}" for c in t.two_worker_cores)
+    return (
+        f"  two workers, one group {t.two_worker_gpu_samples_per_s:9.0f} GPU-samples/s "
+        f"(speed-up {t.two_worker_speedup:.2f}, {t.two_worker_cpu_us_per_gpu_sample:.0f} us CPU "
+        f"each = {t.two_worker_cpu_ratio:.2f}x one worker's; cores {each}, broker "
+        f"{_cores(t.two_worker_broker_cores)})"
     )
 
 

@@ -73,6 +73,17 @@ def missing_services(settings: Settings, *, redis: bool) -> list[str]:
     return missing
 
 
+def missing_binaries(names: list[str]) -> list[str]:
+    """What a benchmark runs that is not on PATH (the idle-alert part's `prometheus`)."""
+    import shutil
+
+    return [
+        f"{name} is not on PATH (install it, or run without the idle-alert part: --no-alerts)"
+        for name in names
+        if shutil.which(name) is None
+    ]
+
+
 def _discard(_: object) -> None:
     """Call sites measure a function for its cost, not its value."""
 

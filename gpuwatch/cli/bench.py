@@ -12,7 +12,7 @@ from schemas.settings import Settings
 
 
 def add_parser(verbs: Any) -> None:
-    """The `bench` verb: `worker` (the default) or `producer`."""
+    """The `bench` verb: `worker` (the default), `alerts` or `producer`."""
     bench = add_verb(
         verbs,
         "bench",
@@ -20,18 +20,24 @@ def add_parser(verbs: Any) -> None:
         "the benchmarks of BENCHMARKS.md",
         "Run the benchmarks of BENCHMARKS.md against the local stack "
         "(`gpuwatch stack up`). Each reports a ratio against a baseline measured in the same "
-        "run, so a figure from a loaded machine still compares. `worker` (the default): one "
-        "worker process on a simulated fleet's stream (throughput against a bare aiokafka "
-        "consumer, latency to Redis under a paced load, memory, and the node agent's CPU per "
-        "GPU-sample), on topics and a Redis database of its own, removed afterwards. "
-        "`producer`: CPU time of the node agent per GPU-sample with simulated GPUs, alone "
-        "and with publishing to the local Kafka.",
+        "run, so a figure from a loaded machine still compares. `worker` (the default): a "
+        "worker process and a `gpuwatch sink redis` process on a simulated fleet's stream "
+        "(throughput against a bare aiokafka consumer and the Faust floor, the sink's CPU "
+        "per GPU-sample, latency to Redis under a paced load, memory, and the node agent's "
+        "CPU per GPU-sample); then two workers in one consumer group on the same backlog; "
+        "then the idle-alert latency (`alerts`). Each on topics and a Redis database of its "
+        "own, removed afterwards. `alerts`: on a few nodes with a 10 s idle threshold, from "
+        "the sample completing it to the GpuIdleAllocated alert in the alerts topic, in "
+        "Redis and in the ALERTS of a private Prometheus (the `prometheus` binary, 1 s "
+        "scrape and evaluation, the shipped rules), beside a DCGM exporter + Prometheus "
+        "setup's figure. `producer`: CPU time of the node agent per GPU-sample with "
+        "simulated GPUs, alone and with publishing to the local Kafka.",
     )
     bench.add_argument(
         "which",
         nargs="?",
         default="worker",
-        choices=["producer", "worker"],
+        choices=["alerts", "producer", "worker"],
         help="benchmark to run (worker)",
     )
     add_flag(bench, "--json", "print one JSON line")
@@ -49,7 +55,9 @@ def add_parser(verbs: Any) -> None:
     )
     add_float(worker, "--rate", "paced load in GPU-samples/s (40000)", metavar="R")
     add_float(worker, "--paced-seconds", "length of the paced load (30)", metavar="S")
-    add_int(worker, "--redis-db", "DB", "scratch Redis database, flushed (6)")
+    add_int(worker, "--redis-db", "DB", "scratch Redis database, flushed (6; also `alerts`)")
+    add_flag(worker, "--no-two-workers", "skip the run of two workers in one group")
+    add_flag(worker, "--no-alerts", "skip the idle-alert part")
     worker.add_argument("--plot", type=Path, metavar="PNG", help="write the plot there")
 
 
@@ -58,19 +66,23 @@ def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from gpuwatch.bench import worker as bench_worker
 
     config = None
-    if args.which == "worker":
+    if args.which in ("worker", "alerts"):
         try:
             config = bench_worker.config_from_args(args)
         except ValueError as exc:
-            raise UserFacingError(f"bench worker: {exc}") from exc
+            raise UserFacingError(f"bench {args.which}: {exc}") from exc
     if config is not None or not args.no_kafka:
         missing = bench.missing_services(settings, redis=config is not None)
+        if config is not None and (args.which == "alerts" or config.alerts):
+            missing += bench.missing_binaries(["prometheus"])
         if missing:
             raise UserFacingError(
                 f"bench {args.which}: {'; '.join(missing)}. Start the local stack with "
                 "`gpuwatch stack up`, or point GPUWATCH_KAFKA_BOOTSTRAP / GPUWATCH_REDIS_URL "
                 "at running ones."
             )
+    if config is not None and args.which == "alerts":
+        return bench_worker.main_alerts(args, settings, config)
     if config is not None:
         return bench_worker.main(args, settings, config)
     ticks = 500 if args.quick else 5000

@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from bench_results import worker_result as result
 
 from gpuwatch import cli
+from gpuwatch.bench.backlog import drain_deadline_s
+from gpuwatch.bench.figures import drain_rate, kept_up, latencies_ms, percentile
 from gpuwatch.bench.fleet import build_fleet
-from gpuwatch.bench.report import Latencies, WorkerResult, WorkerRun, format_worker, worker_json
+from gpuwatch.bench.report import Latencies, WorkerRun, format_worker, worker_json
 from gpuwatch.bench.report import write_plot as write_plot_png
-from gpuwatch.bench.worker import (
-    FULL,
-    QUICK,
-    config_from_args,
-    drain_deadline_s,
-    drain_rate,
-    kept_up,
-    latencies_ms,
-    percentile,
-    worker_config,
-)
+from gpuwatch.bench.worker import FULL, QUICK, config_from_args, worker_config
 from schemas.topics import K8S_PODS, NVML_SAMPLES
 
 # -- options ------------------------------------------------------------------------------
@@ -63,7 +57,7 @@ def test_options_override_the_defaults_and_cap_the_watched_gpus_at_the_nodes() -
         ({"redis_db": 16}, "--redis-db"),
     ],
 )
-def test_options_out_of_range_are_refused(options: dict[str, int], message: str) -> None:
+def test_options_out_of_range_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         worker_config(quick=True, **options)
 
@@ -157,43 +151,6 @@ def test_keeping_up_means_flat_latency_and_every_sample_there() -> None:
 
 
 # -- the JSON line, the summary, the plot ---------------------------------------------------
-
-
-def result(**changes: object) -> WorkerResult:
-    base = {
-        "nodes": 1000,
-        "gpus_per_node": 8,
-        "backlog_seconds": 3,
-        "messages": 3000,
-        "gpu_samples": 24_000,
-        "pods": 8000,
-        "sample_bytes": 5675.0,
-        "gpu_samples_per_s": 6_000.0,
-        "drain_s": 4.0,
-        "worker_cpu_us_per_gpu_sample": 170.0,
-        "worker_cores": 1.02,
-        "baseline_gpu_samples_per_s": 150_000.0,
-        "baseline_cpu_us_per_gpu_sample": 5.0,
-        "faust_floor_gpu_samples_per_s": 30_000.0,
-        "faust_floor_cpu_us_per_gpu_sample": 28.0,
-        "paced_target_gpu_samples_per_s": 4_000.0,
-        "paced_achieved_gpu_samples_per_s": 3_990.0,
-        "paced_processed_gpu_samples_per_s": 3_900.0,
-        "paced_seconds": 8.0,
-        "paced_kept_up": True,
-        "e2e_samples": 96,
-        "e2e_censored": 0,
-        "e2e_p50_ms": 600.0,
-        "e2e_p99_ms": 1500.0,
-        "e2e_max_ms": 1600.0,
-        "worker_rss_idle_mb": 86.0,
-        "worker_rss_mb": 166.0,
-        "worker_rss_peak_mb": 200.0,
-        "rss_mb_per_10k_pods": 100.0,
-        "producer_cpu_us_per_gpu_sample": 17.0,
-        "producer_figure": "tick",
-    }
-    return WorkerResult(**{**base, **changes})  # type: ignore[arg-type]
 
 
 def test_the_json_line_holds_the_figures_the_issue_asks_for() -> None:
