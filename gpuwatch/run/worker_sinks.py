@@ -65,6 +65,10 @@ class WorkerSinks:
         elif isinstance(value, Alert):
             m.observe_alert(value)
 
+    def on_firing(self, alert: Alert) -> None:
+        """An alert a loaded partition state says is firing: its series, not its count."""
+        self.metrics.show_firing(alert)
+
     def on_sample(self, sample: NvmlSample) -> None:
         """A node sample processed: GPU gauges, pipeline lag."""
         self.metrics.observe_sample(sample)

@@ -18,11 +18,12 @@ message (a refresh) replaces the series. `forget` drops an alert with its order,
 firing message observed again afterwards shows it again.
 
 Restarts and moves: the stream sends a firing message once and does not refresh it
-(streams/SEMANTICS-alerts.md), and these series live in the process. A worker that
-restarts, or takes over a partition, does not export the alerts that fired before, and
-the worker that gave the partition up forgets them; Prometheus resolves them in `ALERTS`
-at its next evaluation. They come back only when fed again: the firing alerts of the
-recovered state handed to `observe_alert` when partitions are assigned.
+(streams/SEMANTICS-alerts.md), and these series live in the process. The worker that
+gives a partition up forgets its alerts; the worker that loads the partition's state
+(after a restart, or taking it over) is handed the alerts that state says are firing,
+rebuilt with the sent messages' `ts`, and shows them again. In between (from the revoke
+until the partition's first message on the new owner) they are absent, and a rule
+evaluation then resolves them in `ALERTS`.
 """
 
 from __future__ import annotations

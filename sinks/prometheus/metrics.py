@@ -218,6 +218,12 @@ class WorkerMetrics:
                 self._add("alerts", (alert.name, alert.severity, alert.status), 1.0)
             self._dropped["alert"] += self._firing.observe(alert)
 
+    def show_firing(self, alert: Alert) -> None:
+        """Show an alert a restored state says is firing, without counting it as a message
+        (it was counted by the process that received it)."""
+        with self._lock:
+            self._dropped["alert"] += self._firing.observe(alert)
+
     def count_event(self, topic: str, n: int = 1) -> None:
         """`n` records of `topic` processed."""
         with self._lock:

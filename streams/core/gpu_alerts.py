@@ -26,6 +26,7 @@ __all__ = [
     "on_node_removed",
     "on_sample",
     "on_watermark",
+    "still_firing",
 ]
 
 IDLE_ALERT_AFTER_S = 60  # the product promises idle alerts in seconds, not minutes
@@ -84,6 +85,14 @@ def _alert(
         summary=summary,
         value=max(ts - run.since, 0) / _MS if value is None else value,
     )
+
+
+def _idle_fired(uuid: GpuUuid, run: Run, who: list[str], idle_ms: int) -> Alert:
+    """The firing message of a GpuIdleAllocated alert; `who` names the holders (`ns/pod`)."""
+    labels = run.labels
+    where = f"{uuid} ({labels['model']}) on {labels['node']}"
+    summary = f"{where} allocated to {', '.join(who)} and idle for {idle_ms // _MS} s"
+    return _alert("GpuIdleAllocated", uuid, run, run.since + idle_ms, summary)
 
 
 def _idle_resolved(uuid: GpuUuid, run: Run, ts: int, why: str) -> Alert:
@@ -202,9 +211,7 @@ def _idle_step(
         return run, None
     who = sorted("/".join(index.names[uid]) for uid in holders)
     run = Run(since=run.since, firing=True, labels=_gpu_labels(sample.node, gpu, who))
-    where = f"{uuid} ({gpu.model}) on {sample.node}"
-    summary = f"{where} allocated to {', '.join(who)} and idle for {idle_ms // _MS} s"
-    return run, _alert("GpuIdleAllocated", uuid, run, run.since + idle_ms, summary)
+    return run, _idle_fired(uuid, run, who, idle_ms)
 
 
 def _leak_step(
@@ -302,3 +309,31 @@ def on_node_removed(state: NodeAlertState, ts: int) -> tuple[NodeAlertState, lis
     if state.missing and state.seen_until is not None:
         out.append(_telemetry(state.node, False, state.seen_until, ts))
     return NodeAlertState(node=state.node, watermark=state.watermark), out
+
+
+def still_firing(
+    state: NodeAlertState,
+    *,
+    idle_alert_after_s: int = IDLE_ALERT_AFTER_S,
+    telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S,
+) -> list[Alert]:
+    """The firing messages, as sent, of the alerts `state` says are firing.
+
+    For a worker that loads the state (a restart, a partition taken over) and must show
+    them again without sending them again. Every field is the sent one's, given the
+    thresholds it fired with: a threshold changed since moves `ts`, `value` and the
+    summary, not `since` or the labels. Idle GPUs by uuid, then leaks by key, then the node.
+    """
+    out = []
+    for uuid, run in sorted(state.idle.items()):
+        if run.firing:  # holders named by `pod` (one) or `pods` (several): `_gpu_labels`
+            labels = run.labels
+            one = "pod" in labels
+            who = [f"{labels['namespace']}/{labels['pod']}"] if one else labels["pods"].split(",")
+            out.append(_idle_fired(uuid, run, who, idle_alert_after_s * _MS))
+    for key, leak in sorted(state.leaks.items()):
+        out.append(_leak_alert(key, leak, leak.since, len(leak.labels["pids"].split(","))))
+    if state.missing and state.seen_until is not None:
+        due = state.seen_until + telemetry_missing_after_s * _MS
+        out.append(_telemetry(state.node, True, state.seen_until, due))
+    return out

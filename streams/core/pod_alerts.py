@@ -19,9 +19,10 @@ from schemas.ids import AlertFingerprint
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RuleSettings
 from streams.core.lifecycle import IDLE
+from streams.core.lifecycle_reasons import CRASH_LOOP
 from streams.core.pod_state import PodState
 
-__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint"]
+__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint", "still_firing"]
 
 SEVERITY: dict[AlertName, Severity] = {
     # Warnings: both waste money or time but need a person, not a page at night.
@@ -70,20 +71,36 @@ def _alert(
     )
 
 
+def _stalled_fired(
+    state: PodState, ts: int, since: int, reason: str | None, rules: RuleSettings
+) -> Alert:
+    """The firing message of PodStalled, raised at `ts` for `reason`."""
+    pod = f"{state.namespace}/{state.name}"
+    if reason == IDLE:
+        summary = f"{pod} stalled: idle on all its GPUs for {rules.stall_after_s} s"
+    else:
+        summary = f"{pod} stalled: {reason}"
+    return _alert(state, "PodStalled", "firing", ts=ts, since=since, summary=summary)
+
+
+def _queued_fired(state: PodState, since: int, reason: str | None, queued_ms: int) -> Alert:
+    """The firing message of PodQueuedTooLong, queued since `since` for `reason`."""
+    pod = f"{state.namespace}/{state.name}"
+    summary = f"{pod} queued for {queued_ms // 1000} s ({reason or 'no reason given'})"
+    return _alert(
+        state, "PodQueuedTooLong", "firing", ts=since + queued_ms, since=since, summary=summary
+    )
+
+
 def _stalled(
     state: PodState, step: PodLifecycle, since: int | None, rules: RuleSettings, pod: str
 ) -> tuple[int | None, Alert | None]:
     """The PodStalled alert a transition calls for, if any, and the firing alert's `since`
     after it (None: not firing). An Idle stall began when the pod's idle run did."""
     if step.to_state == "stalled" and since is None:
-        if step.reason == IDLE:
-            since = max(step.ts - rules.stall_after_s * 1000, 0)
-            summary = f"{pod} stalled: idle on all its GPUs for {rules.stall_after_s} s"
-        else:
-            since = step.ts
-            summary = f"{pod} stalled: {step.reason}"
-        alert = _alert(state, "PodStalled", "firing", ts=step.ts, since=since, summary=summary)
-        return since, alert
+        idle = step.reason == IDLE
+        since = max(step.ts - rules.stall_after_s * 1000, 0) if idle else step.ts
+        return since, _stalled_fired(state, step.ts, since, step.reason, rules)
     if step.to_state != "stalled" and since is not None:
         summary = f"{pod} no longer stalled ({step.to_state})"
         alert = _alert(state, "PodStalled", "resolved", ts=step.ts, since=since, summary=summary)
@@ -117,11 +134,7 @@ def evaluate(
             return
         if queued_since + queued_ms > until or (left and queued_since + queued_ms == until):
             return
-        due = queued_since + queued_ms
-        summary = f"{pod} queued for {queued_ms // 1000} s ({reason or 'no reason given'})"
-        out.append(
-            _alert(after, "PodQueuedTooLong", "firing", ts=due, since=queued_since, summary=summary)
-        )
+        out.append(_queued_fired(after, queued_since, reason, queued_ms))
         queued_firing = True
 
     for step in transitions:
@@ -154,3 +167,29 @@ def evaluate(
         stalled_alert_since=stalled_since,
     )
     return after, out
+
+
+def still_firing(state: PodState, rules: RuleSettings) -> list[Alert]:
+    """The firing messages of the pod alerts `state` says are firing, as far as it tells.
+
+    For a worker that loads the state (a restart, a partition taken over) and must show
+    them again without sending them again. Fingerprint, name, severity, `since`, subject
+    and `value` are the sent ones'; `ts` too, given the thresholds it fired with. The state
+    keeps no copy of the sent message, so what it says now stands for what it said then:
+    the labels and subject are the pod's current ones (they differ when the pod was bound
+    to a node, or its team label changed, after the alert fired), and PodQueuedTooLong's
+    summary gives the current reason (the one in force at the threshold may have changed).
+    PodStalled's reason is known: an Idle stall's `since` is before it entered stalled.
+    """
+    out = []
+    since = state.queued_alert_since
+    if state.queued_alert_firing and since is not None:
+        out.append(_queued_fired(state, since, state.reason, rules.queued_alert_after_s * 1000))
+    since = state.stalled_alert_since
+    if since is not None:
+        # It fired as it entered stalled (`state.since`: a reason change within stalled
+        # keeps it, leaving resolves). Stalls are Idle or a crash loop.
+        idle = since != state.since
+        reason = IDLE if idle else state.reason if state.reason != IDLE else CRASH_LOOP
+        out.append(_stalled_fired(state, state.since, since, reason, rules))
+    return out

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from faust.types import TP
 
+from schemas.alert import Alert
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
@@ -75,6 +76,10 @@ class LiveHooks(Protocol):
 
     def on_record(self, value: Any) -> None:
         """Each derived value this worker emits (lifecycle, attribution, windows, alerts...)."""
+
+    def on_firing(self, alert: Alert) -> None:
+        """An alert a partition's loaded state says is firing (not emitted again: shown, not
+        counted)."""
 
     def on_sample(self, sample: NvmlSample) -> None:
         """Each new node sample processed."""
@@ -205,8 +210,8 @@ def build(
 ) -> WorkerRuntime:
     """The worker's Faust app, ready for a Faust worker (nothing connects until it starts).
 
-    With `live`, the processors hand every value they emit, and each sample and pod usage,
-    to the hooks.
+    With `live`, the processors hand every value they emit, each sample and pod usage, and
+    the firing alerts of each partition's state as it is loaded, to the hooks.
     """
     options = options or WorkerOptions()
     app = _app(settings, options)
@@ -216,8 +221,8 @@ def build(
     tick_name = tick_topic_name(settings)
     node_config, pod_config = _configs(settings)
     if live is not None:
-        node_config = replace(node_config, live=live.on_sample)
-        pod_config = replace(pod_config, live=live.on_usage)
+        node_config = replace(node_config, live=live.on_sample, firing=live.on_firing)
+        pod_config = replace(pod_config, live=live.on_usage, firing=live.on_firing)
     node_log, pod_log = changelog_topic_names(settings)
     probe = OffsetProbe(settings.kafka)
     node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)

@@ -27,12 +27,13 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from schemas.alert import Alert
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
-from streams.core.gpu_alerts import on_node_removed, on_sample, on_watermark
+from streams.core.gpu_alerts import on_node_removed, on_sample, on_watermark, still_firing
 from streams.core.integrals import PriceBook, integrate_sample
 from streams.core.node_doc import (
     NodeDoc,
@@ -76,6 +77,9 @@ class NodeConfig:
     """Called with each new sample once processed (live GPU state for the sinks)."""
     now_ms: Callable[[], int] | None = None
     """The wall clock, for the one check of event time against it (data a day ahead)."""
+    firing: Callable[[Alert], None] | None = None
+    """Called, when a partition is made from stored state, with each alert that state says
+    is firing (`gpu_alerts.still_firing`): shown again by the metrics, not sent again."""
 
 
 class NodePartition:
@@ -112,6 +116,19 @@ class NodePartition:
             self.stream_time = _later(self.stream_time, runtime.windows.closed_through)
         self._close_mark = self._marks()[0]
         self._flush_mark = self._marks()[1]
+        if config.firing is not None:
+            self._announce(config.firing)
+
+    def _announce(self, firing: Callable[[Alert], None]) -> None:
+        """Hand the alerts the loaded state says are firing to `firing`, node by node."""
+        rules = self.config.rules
+        for name in sorted(self.nodes):
+            for alert in still_firing(
+                self.nodes[name].alert,
+                idle_alert_after_s=rules.idle_alert_after_s,
+                telemetry_missing_after_s=rules.telemetry_missing_after_s,
+            ):
+                firing(alert)
 
     def handle(self, source: Source, raw: bytes | None, out: Outputs) -> int | None:
         """Process one input message; its event time, or None when it was rejected."""

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 
 import msgspec
 
+from schemas.alert import Alert
 from schemas.ids import PodUid
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams.core import pod_state
+from streams.core.pod_alerts import still_firing
 from streams.core.pod_state import Held, PodState, new_state
 from streams.core.pod_step import (
     FINISHED_KEEP_MS,
@@ -67,6 +69,9 @@ class PodConfig:
     """The wall clock, for the one check of event time against it (data a day ahead)."""
     flush_ms: int = FLUSH_MS
     """The node side's usage flush period (for its usage frontier)."""
+    firing: Callable[[Alert], None] | None = None
+    """Called, when a partition is made from stored state, with each alert that state says
+    is firing (`pod_alerts.still_firing`): shown again by the metrics, not sent again."""
 
     def frontier(self, stream_time: int) -> int:
         """The usage frontier of a node partition at `stream_time`."""
@@ -101,6 +106,10 @@ class PodPartition:
         self._held_offsets: dict[tuple[PodUid, int], tuple[str, int]] = {}
         for _key, raw in stored:
             self._keep(pod_state.decode(raw))
+        if config.firing is not None:
+            for uid in sorted(self.pods):
+                for alert in still_firing(self.pods[uid], config.rules):
+                    config.firing(alert)
         self.sources = SourceWatermarks(config.partitions, config.frontier)
         self.stream_time: int | None = None
         """Largest event time of the partition's inputs."""

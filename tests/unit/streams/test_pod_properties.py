@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,12 +113,12 @@ def histories(draw: st.DrawFn, *, backwards: bool = False) -> list[Input]:
     return out
 
 
-def run(
+def steps(
     inputs: list[Input], windows: WindowSettings = WINDOWS, *, stored: bool = False
-) -> PodOutputs:
-    """Every output of feeding the inputs in order (through JSON between steps if `stored`)."""
+) -> Iterator[tuple[PodState, PodOutputs]]:
+    """The state and outputs after each input in order, a tick before any state skipped
+    (through JSON between steps if `stored`)."""
     state: PodState | None = None
-    total = PodOutputs([], [], [], 0)
     for item in inputs:
         if isinstance(item, Tick):
             if state is None:
@@ -130,6 +131,15 @@ def run(
         if stored:
             assert decode(encode(state)) == state
             state = PodState.from_dict(state.to_dict())
+        yield state, out
+
+
+def run(
+    inputs: list[Input], windows: WindowSettings = WINDOWS, *, stored: bool = False
+) -> PodOutputs:
+    """Every output of feeding the inputs in order (through JSON between steps if `stored`)."""
+    total = PodOutputs([], [], [], 0)
+    for _, out in steps(inputs, windows, stored=stored):
         total = PodOutputs(
             total.lifecycle + out.lifecycle,
             total.attributions + out.attributions,
