@@ -22,8 +22,8 @@ Restarts and moves: the stream sends a firing message once and does not refresh 
 gives a partition up forgets its alerts; the worker that loads the partition's state
 (after a restart, or taking it over) is handed the alerts that state says are firing,
 rebuilt with the sent messages' `ts`, and shows them again. In between (from the revoke
-until the partition's first message on the new owner) they are absent, and a rule
-evaluation then resolves them in `ALERTS`.
+until the partition's first message on the new owner) they are absent; the shipped rules
+keep them firing over that gap (`keep_firing_for`) without the exporting worker's label.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Both carry the five product alerts under their public names and the same pipeline group,
 so a user switches by loading one file instead of the other; the default rules read the
-firing series the worker exports, with no `for` and the stream's severity.
+firing series the worker exports, with no `for`, the stream's severity and a
+keep_firing_for that outlasts a partition's move between workers.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import yaml
 from support.commands import run_command
 
 from schemas.alert import AlertName
+from schemas.settings import WorkerSettings
 from streams.core import gpu_alerts, pod_alerts
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 STREAM = PROMETHEUS / "gpuwatch-rules.yml"
 THRESHOLDS = PROMETHEUS / "gpuwatch-threshold-rules.yml"
+CHART_VALUES = ROOT / "deploy" / "helm" / "gpuwatch" / "values.yaml"
 PRODUCT = set(get_args(AlertName))
 SEVERITY: dict[str, str] = {
     name: severity
@@ -45,6 +48,14 @@ def product(path: Path) -> dict[str, dict[str, Any]]:
     return {name: rule for name, rule in alerts(path).items() if name in PRODUCT}
 
 
+def seconds(duration: str) -> float:
+    """A Prometheus duration (`1m30s`, `15s`) in seconds."""
+    parts = re.findall(r"(\d+)(ms|s|m|h)", duration)
+    assert "".join(number + unit for number, unit in parts) == duration, duration
+    unit_s = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(int(number) * unit_s[unit] for number, unit in parts)
+
+
 def test_each_in_stream_alert_has_one_rule_in_each_set_under_its_public_name() -> None:
     assert set(product(STREAM)) == PRODUCT
     assert set(product(THRESHOLDS)) == PRODUCT
@@ -66,12 +77,29 @@ def test_a_stream_rule_reads_its_own_firing_series_with_no_for_and_the_streams_s
 ) -> None:
     rule = product(STREAM)[name]
     assert "for" not in rule
-    assert "keep_firing_for" not in rule
     selectors = re.findall(r"(\w+)\{([^}]*)\}", rule["expr"])
     firing = [labels for metric, labels in selectors if metric == "gpuwatch_alert_firing"]
     assert firing
     assert all(labels == f'alertname="{name}"' for labels in firing)
     assert rule["labels"] == {"severity": SEVERITY[name]}
+
+
+def test_the_stream_rules_keep_firing_longer_than_a_dead_workers_partitions_are_away() -> None:
+    """The session timeout, then a scrape of the new owner at the longest shipped interval,
+    fit in keep_firing_for (the new owner's rebalance and state load take the rest)."""
+    kept = {rule.get("keep_firing_for") for rule in product(STREAM).values()}
+    assert len(kept) == 1
+    (keep_firing_for,) = kept
+    assert isinstance(keep_firing_for, str)
+    scrapes = [
+        yaml.safe_load(path.read_text(encoding="utf-8"))["global"]["scrape_interval"]
+        for path in (PROMETHEUS / "prometheus.yml", PROMETHEUS / "prometheus-compose.yml")
+    ]
+    chart = yaml.safe_load(CHART_VALUES.read_text(encoding="utf-8"))
+    scrapes.append(chart["serviceMonitor"]["interval"])
+    away_s = WorkerSettings().session_timeout_s + max(map(seconds, scrapes))
+    assert seconds(keep_firing_for) > away_s
+    assert seconds(keep_firing_for) <= 60  # a resolved alert leaves ALERTS at most a minute late
 
 
 def test_the_threshold_rules_keep_their_for_and_severities() -> None:
