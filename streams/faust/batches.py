@@ -7,7 +7,9 @@ from typing import Any
 
 from streams.faust.internals import aiokafka_producer_of
 
-__all__ = ["Batches"]
+__all__ = ["MAX_KEYS", "Batches"]
+
+MAX_KEYS = 200_000  # keys whose partition is remembered, per topic (40,000 pods: 4 MB)
 
 
 class Batches:
@@ -19,13 +21,18 @@ class Batches:
     a list until `hand_over` puts them into the client's batches (C code, one future a
     batch); the client sends them as it sends Faust's, and `app.producer.flush()` (also
     Faust's before each commit) waits for them. Order is kept per topic partition; a record
-    without a partition goes where Faust would put it (the client's partitioner).
+    without a partition goes where Faust would put it (the client's partitioner), which is
+    remembered per key: the partitioner hashes in Python (murmur2, a few microseconds a
+    key), and the same pods' usage goes out every few seconds.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, max_keys: int = MAX_KEYS) -> None:
         self.app = app
         self._pending: dict[str, list[tuple[int | None, bytes | None, bytes | None]]] = {}
         self._lock = asyncio.Lock()  # two agents hand over: one at a time keeps the order
+        self._max_keys = max_keys
+        self._placed: dict[str, tuple[int, dict[bytes, int]]] = {}
+        """topic -> (its partition count, key -> partition)."""
 
     def add(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
@@ -42,17 +49,28 @@ class Batches:
             producer = await self.app.maybe_start_producer()
             client = aiokafka_producer_of(producer)
             for topic, records in pending.items():
-                await client.partitions_for(topic)  # metadata, for the partitioner
+                count = len(await client.partitions_for(topic))  # metadata, for the partitioner
+                placed = self._placed_of(topic, count)
                 by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
                 for explicit, key, value in records:
-                    partition = (
-                        producer.key_partition(topic, key).partition
-                        if explicit is None
-                        else explicit
-                    )
+                    partition = explicit
+                    if partition is None:
+                        partition = placed.get(key) if key is not None else None
+                        if partition is None:
+                            partition = producer.key_partition(topic, key).partition
+                            if key is not None:
+                                placed[key] = partition
                     by_partition.setdefault(partition, []).append((key, value))
                 for partition, items in by_partition.items():
                     await _send_batches(client, topic, partition, items)
+
+    def _placed_of(self, topic: str, count: int) -> dict[bytes, int]:
+        """The remembered partitions of `topic`'s keys; none when its partition count changed
+        or too many are kept."""
+        known = self._placed.get(topic)
+        if known is None or known[0] != count or len(known[1]) >= self._max_keys:
+            known = self._placed[topic] = (count, {})
+        return known[1]
 
 
 async def _send_batches(
