@@ -171,12 +171,14 @@ class WorkerSettings(BaseModel):
 
 
 class SinkSettings(BaseModel):
-    """How each `gpuwatch sink redis` process runs."""
+    """How each `gpuwatch sink` process runs."""
 
     model_config = _MODEL
 
     metrics_port: int = Field(default=9483, ge=1, le=65535)
-    """Port of the sink's own /metrics (written, refused, lag)."""
+    """Port of the Redis sink's own /metrics (written, refused, lag)."""
+    exporter_port: int = Field(default=9484, ge=1, le=65535)
+    """Port of `gpuwatch sink metrics`: the pod and GPU metrics."""
 
 
 class CostSettings(BaseModel):
@@ -348,6 +350,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
     "GPUWATCH_WORKER_INPUT_END_MS": ("worker", "input_end_ms"),
     "GPUWATCH_SINK_METRICS_PORT": ("sink", "metrics_port"),
+    "GPUWATCH_SINK_EXPORTER_PORT": ("sink", "exporter_port"),
     "GPUWATCH_KAFKA_PARTITIONS": ("kafka", "partitions"),
     "GPUWATCH_KAFKA_REPLICATION_FACTOR": ("kafka", "replication_factor"),
     "GPUWATCH_KAFKA_SECURITY_PROTOCOL": ("kafka", "security_protocol"),

@@ -19,14 +19,14 @@ def add_parser(verbs: Any) -> None:
         _demo,
         "the whole product on this machine: stack, topics, simulated cluster, worker, view",
         "Start what is missing of the local stack (Kafka, Redis, Prometheus), "
-        "create the topics, run the worker, the Redis sink (`gpuwatch sink redis`) and a "
-        "simulated cluster (`gpuwatch simulate`) and "
+        "create the topics, run the worker, the sinks (`gpuwatch sink redis`, `gpuwatch sink "
+        "metrics`) and a simulated cluster (`gpuwatch simulate`) and "
         "show the live view (`gpuwatch top`) until Ctrl-C. Ctrl-C stops what the demo started, "
         "the stack too unless it was already running or --keep-stack is given. The demo "
         "shortens the stall and alert rules (GPUWATCH_STALL_AFTER_S=120, "
         "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
         "set. Logs go to the stack's log directory (demo-worker.log, demo-sink.log, "
-        "demo-simulate.log).",
+        "demo-metrics.log, demo-simulate.log).",
     )
     add_scenario(demo, "simulated cluster: small, fleet, incident or a YAML file (default: small)")
     add_speed(demo, "simulated time runs FACTOR times faster than wall time (default: 1)")

@@ -103,6 +103,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "worker.sinks": False if getattr(args, "no_sinks", False) else None,
         "metrics.port": getattr(args, "worker_metrics_port", None),
         "sink.metrics_port": getattr(args, "sink_metrics_port", None),
+        "sink.exporter_port": getattr(args, "sink_exporter_port", None),
         "agent.node_name": getattr(args, "node", None),
         "agent.metrics_port": getattr(args, "metrics_port", None),
         "watcher.kubeconfig": getattr(args, "kubeconfig", None),

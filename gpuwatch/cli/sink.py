@@ -17,7 +17,7 @@ def add_parser(verbs: Any) -> None:
         verbs,
         "sink",
         None,
-        "the sinks as processes of their own: `sink redis`",
+        "the sinks as processes of their own: `sink redis`, `sink metrics`",
         "Run a sink apart from the stream workers, so that a worker does stream "
         "processing only and keeps running without the sink's store.",
     )
@@ -45,15 +45,46 @@ def add_parser(verbs: Any) -> None:
         dest="sink_metrics_port",
     )
 
+    metrics = add_verb(
+        actions,
+        "metrics",
+        _metrics,
+        "the pod and GPU metrics for Prometheus, from the topics",
+        "Read pod.lifecycle, attribution, gpu.windows, pod.usage and the node samples in a "
+        "consumer group of its own (GPUWATCH_APP_ID + `.metrics`, so replicas share the "
+        "partitions) and serve the pod and GPU metrics of DESIGN.md §5 (share, VRAM, state, "
+        "utilization, allocation, idle seconds, cost and waste, unallocated access) on "
+        "--port (GPUWATCH_SINK_EXPORTER_PORT, 9484). The worker serves the pipeline's own "
+        "metrics and the stream's firing alerts. A partition that comes to it is read from "
+        "the start of pod.lifecycle (every live pod's state) and 5 minutes back in the "
+        "other topics. SIGTERM exits.",
+    )
+    add_int(
+        metrics,
+        "--port",
+        "PORT",
+        "port of the pod and GPU metrics (GPUWATCH_SINK_EXPORTER_PORT, 9484)",
+        dest="sink_exporter_port",
+    )
+
+
+def _metrics(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(args, settings, "metrics")
+
 
 def _redis(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(args, settings, "redis")
+
+
+def _run(args: argparse.Namespace, settings: Settings, which: str) -> int:
     from gpuwatch.run import sink
 
     if args.log_level == "WARNING":
         # A daemon says what it does; kafka-python stays at WARNING.
         for name in ("gpuwatch", "sinks"):
             logging.getLogger(name).setLevel(logging.INFO)
+    run = sink.run_metrics if which == "metrics" else sink.run_redis
     try:
-        return sink.run_redis(settings)
+        return run(settings)
     except sink.SinkStartError as exc:
         raise UserFacingError(str(exc)) from exc

@@ -79,6 +79,7 @@ def demo_env(settings: Settings) -> dict[str, str]:
     env["GPUWATCH_REDIS_URL"] = settings.redis.url.get_secret_value()
     env["GPUWATCH_METRICS_PORT"] = str(settings.metrics.port)
     env["GPUWATCH_SINK_METRICS_PORT"] = str(settings.sink.metrics_port)
+    env["GPUWATCH_SINK_EXPORTER_PORT"] = str(settings.sink.exporter_port)
     return env
 
 
@@ -109,13 +110,13 @@ def where_to_look(settings: Settings, logs: Path) -> str:
             f"  Redis        redis-cli -u {redact_url(settings.redis.url.get_secret_value())}",
             f"    ZRANGE {prefix}state:stalled 0 -1    HGETALL {prefix}pod:<uid>",
             f"    ZREVRANGE {prefix}waste:pods 0 9 WITHSCORES    HGETALL {prefix}alerts:firing",
-            f"  Metrics      http://{settings.metrics.bind}:{settings.metrics.port}/metrics"
-            f" (worker), :{settings.sink.metrics_port} (Redis sink),"
-            f" :{settings.agent.metrics_port} (node agents), :{settings.watcher.metrics_port}"
-            " (watcher)",
+            f"  Metrics      http://{settings.metrics.bind}:{settings.sink.exporter_port}/metrics"
+            f" (pods and GPUs), :{settings.metrics.port} (worker: pipeline, alerts),"
+            f" :{settings.sink.metrics_port} (Redis sink), :{settings.agent.metrics_port} (node"
+            f" agents), :{settings.watcher.metrics_port} (watcher)",
             "  Live view    gpuwatch top   (another terminal; `--once` prints and exits)",
             f"  Logs         {logs}/demo-worker.log  {logs}/demo-sink.log"
-            f"  {logs}/demo-simulate.log",
+            f"  {logs}/demo-metrics.log  {logs}/demo-simulate.log",
             "Ctrl-C stops the demo.",
         ]
     )
@@ -157,8 +158,8 @@ def run(
 def children(
     settings: Settings, options: DemoOptions, logs: Path, progress: Callable[[str], None]
 ) -> Iterator[list[Child]]:
-    """The worker, the Redis sink and the simulator, running; stopped on the way out,
-    whatever happens."""
+    """The worker, the sinks and the simulator, running; stopped on the way out, whatever
+    happens."""
     env = demo_env(settings)
     exe = [sys.executable, "-m", "gpuwatch.cli"]
     sim = [*exe, "simulate", "--scenario", options.scenario, "--speed", f"{options.speed:g}"]
@@ -167,13 +168,14 @@ def children(
     try:
         progress("starting the worker")
         running.append(_spawn("worker", [*exe, "worker"], env, logs))
-        progress("starting the Redis sink")
+        progress("starting the sinks (Redis, metrics)")
         running.append(_spawn("sink", [*exe, "sink", "redis"], env, logs))
+        running.append(_spawn("metrics", [*exe, "sink", "metrics"], env, logs))
         progress(f"starting the simulated cluster (scenario {options.scenario})")
         running.append(_spawn("simulate", sim, env, logs))
         yield running
     finally:
-        progress("stopping the worker, the Redis sink and the simulated cluster")
+        progress("stopping the worker, the sinks and the simulated cluster")
         stop(running)
 
 

@@ -1,7 +1,10 @@
-"""Wires `gpuwatch sink redis`: the Redis writer on kafka-python, its /metrics, signals.
+"""Wires `gpuwatch sink redis` and `gpuwatch sink metrics`: their consumers on kafka-python,
+their /metrics, signals.
 
-The writer (sinks/redis/writer.py) runs in the main thread; SIGTERM and SIGINT ask it to
-stop after the batch in hand. Its counters are read at scrape time (`SinkCollector`).
+Each sink's consumer loop (sinks/redis/writer.py, sinks/prometheus/feed.py) runs in the
+main thread; SIGTERM and SIGINT ask it to stop after the batch in hand. The Redis sink
+serves its own counters (`SinkCollector`), the metrics sink the pod and GPU metrics and
+its own counters (`FeedCollector`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Final
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,12 +24,22 @@ from gpuwatch import kafka
 from gpuwatch.run.memory import start_trimming
 from gpuwatch.run.worker import WorkerStartError, check_topics
 from schemas.settings import Settings
-from sinks.prometheus.metrics import MetricsServeError, serve
+from sinks.consumer import KafkaClient
+from sinks.prometheus.feed import MetricsFeed
+from sinks.prometheus.metrics import MetricsServeError, WorkerMetrics, serve
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.sink import RedisSink
-from sinks.redis.writer import KafkaClient, RedisWriter
+from sinks.redis.writer import RedisWriter
 
-__all__ = ["KAFKA", "SinkCollector", "SinkStartError", "redis_writer", "run_redis"]
+__all__ = [
+    "KAFKA",
+    "FeedCollector",
+    "SinkCollector",
+    "SinkStartError",
+    "redis_writer",
+    "run_metrics",
+    "run_redis",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,26 +92,21 @@ class SinkCollector(Collector):
             yield lag
 
 
+class _Runner(Protocol):
+    """A sink's consumer loop: `run` until `stopping()`; `error` is what ended it."""
+
+    error: BaseException | None
+
+    def run(self) -> None: ...
+    def stopping(self) -> None: ...
+
+
 def run_redis(settings: Settings) -> int:
     """Write Redis until SIGTERM or SIGINT; 0 when stopped, 1 when the writer failed."""
-    try:
-        check_topics(settings)
-    except WorkerStartError as exc:
-        raise SinkStartError(str(exc)) from exc
+    _check(settings)
     writer = redis_writer(settings)
     registry = CollectorRegistry()
     registry.register(SinkCollector(writer))
-    try:
-        server, _ = serve(settings.sink.metrics_port, settings.metrics.bind, registry)
-    except MetricsServeError as exc:
-        raise SinkStartError(str(exc)) from exc
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("stopping signal=%s", signal.Signals(signum).name)
-        writer.stopping()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    stop_trimming = start_trimming()
     log.info(
         "redis sink starting group=%s prefix=%s redis=%s metrics=%s:%d",
         writer.group,
@@ -108,16 +116,86 @@ def run_redis(settings: Settings) -> int:
         settings.sink.metrics_port,
     )
     try:
-        writer.run()
+        code = _serve_while_running(writer, registry, settings.sink.metrics_port, settings)
     finally:
-        stop_trimming()
         writer.stop()
-        server.shutdown()
-        server.server_close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     log.info(
         "redis sink stopped written=%d rejected=%d invalid=%d samples=%d kafka_errors=%d",
         writer.written, writer.rejected, writer.invalid, writer.samples, writer.kafka_errors,
     )  # fmt: skip
-    return 1 if writer.error is not None else 0
+    return code
+
+
+def run_metrics(settings: Settings) -> int:
+    """Serve the pod and GPU metrics until SIGTERM or SIGINT; 0 when stopped, 1 on a failure."""
+    _check(settings)
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    feed = MetricsFeed(settings, metrics, kafka=KAFKA)
+    registry.register(FeedCollector(feed))
+    log.info(
+        "metrics sink starting group=%s prefix=%s metrics=%s:%d",
+        feed.group,
+        settings.kafka.topic_prefix,
+        settings.metrics.bind,
+        settings.sink.exporter_port,
+    )
+    code = _serve_while_running(feed, registry, settings.sink.exporter_port, settings)
+    log.info(
+        "metrics sink stopped records=%d invalid=%d kafka_errors=%d",
+        feed.records, feed.invalid, feed.kafka_errors,
+    )  # fmt: skip
+    return code
+
+
+class FeedCollector(Collector):
+    """The metrics feed's own counters, read at scrape time."""
+
+    def __init__(self, feed: MetricsFeed) -> None:
+        self._feed = feed
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """One family per counter."""
+        f = self._feed
+        counters = {
+            "records": ("Records of the topics fed to the metrics", f.records),
+            "invalid": ("Records that did not decode (skipped)", f.invalid),
+            "kafka_errors": ("Polls Kafka refused (retried)", f.kafka_errors),
+        }
+        for name, (doc, value) in counters.items():
+            counter = CounterMetricFamily(PREFIX + "metrics_" + name, doc)
+            counter.add_metric([], value)
+            yield counter
+
+
+def _check(settings: Settings) -> None:
+    try:
+        check_topics(settings)
+    except WorkerStartError as exc:
+        raise SinkStartError(str(exc)) from exc
+
+
+def _serve_while_running(
+    runner: _Runner, registry: CollectorRegistry, port: int, settings: Settings
+) -> int:
+    """Serve /metrics and run `runner` in this thread until a signal stops it; the status."""
+    try:
+        server, _ = serve(port, settings.metrics.bind, registry)
+    except MetricsServeError as exc:
+        raise SinkStartError(str(exc)) from exc
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping signal=%s", signal.Signals(signum).name)
+        runner.stopping()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stop_trimming = start_trimming()
+    try:
+        runner.run()
+    finally:
+        stop_trimming()
+        server.shutdown()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 1 if runner.error is not None else 0

@@ -1,9 +1,12 @@
-"""The worker's sink: its /metrics, fed as records are made.
+"""The worker's own /metrics: the pipeline's counters and lag, and the stream's alerts.
 
-The processors hand each value they emit, and each sample and pod usage, to `WorkerSinks`
-(the worker's `streams.faust.app.LiveHooks`), so a worker exports the pods and GPUs of its
-own partitions and sums over workers count each once (sinks/prometheus/metrics.py). Redis is
-written by `gpuwatch sink redis`, a process of its own (gpuwatch/run/sink.py).
+The processors hand each value they emit, and each node sample, to `WorkerSinks` (the
+worker's `streams.faust.app.LiveHooks`): the worker shows the alerts of its own partitions
+as they fire (`gpuwatch_alert_firing`, and the alerts a partition's loaded state says are
+firing), so sums over workers count each once (sinks/prometheus/metrics.py). The pod and
+GPU metrics are served by `gpuwatch sink metrics` and Redis is written by `gpuwatch sink
+redis`, processes of their own (gpuwatch/run/sink.py): the worker's core does stream
+processing only.
 """
 
 from __future__ import annotations
@@ -15,11 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from schemas.alert import Alert
-from schemas.attribution import Attribution
-from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
-from schemas.pod_lifecycle import PodLifecycle
-from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
 from sinks.prometheus.metrics import PipelineCounts, WorkerMetrics
 from streams.processors.outputs import Counters
@@ -39,7 +38,7 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
 
 
 class WorkerSinks:
-    """The metrics of one worker process, fed by its processors."""
+    """The own metrics of one worker process, fed by its processors."""
 
     def __init__(
         self,
@@ -54,30 +53,18 @@ class WorkerSinks:
         self._wall = wall
 
     def on_record(self, value: Any) -> None:
-        """A value a processor emitted; the kinds the metrics show are counted."""
-        m = self.metrics
-        if isinstance(value, PodLifecycle):
-            m.observe_lifecycle(value)
-        elif isinstance(value, Attribution):
-            m.observe_attribution(value)
-        elif isinstance(value, GpuWindow):
-            m.observe_gpu_window(value)
-        elif isinstance(value, Alert):
-            m.observe_alert(value)
+        """A value a processor emitted: an alert is counted and shown while it fires."""
+        if isinstance(value, Alert):
+            self.metrics.observe_alert(value)
 
     def on_firing(self, alert: Alert) -> None:
         """An alert a loaded partition state says is firing: its series, not its count."""
         self.metrics.show_firing(alert)
 
     def on_sample(self, sample: NvmlSample) -> None:
-        """A node sample processed: GPU gauges, pipeline lag."""
-        self.metrics.observe_sample(sample)
+        """A node sample processed: the pipeline's lag."""
         self.metrics.set_lag(self._wall() - (sample.ts + sample.interval_ms) / 1000)
 
-    def on_usage(self, usage: PodUsage) -> None:
-        """A pod usage processed: the pod's live share and VRAM."""
-        self.metrics.observe_usage(usage)
-
     def on_revoked(self, pods: list[str], nodes: list[str]) -> None:
-        """Partitions left this worker: their pods' and nodes' series go (the new owner's come)."""
+        """Partitions left this worker: their pods' and nodes' alerts go (the new owner's come)."""
         self.metrics.forget(pods=pods, nodes=nodes)

@@ -1,13 +1,17 @@
-"""The worker's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
+"""gpuwatch's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
+
+Two processes feed one each: `gpuwatch sink metrics` the pods and GPUs (sinks/prometheus/
+feed.py, from the topics), the worker its pipeline's counters and the stream's alerts as
+it emits them (gpuwatch/run/worker_sinks.py).
 
 Cardinality is bounded: label names are fixed (team is the one pod label read), values are
 cleaned, a finished pod's series go after `finished_grace_s`, and pods, GPUs, firing alert
 series and counter label sets each have a cap; refused updates count in
 `gpuwatch_metrics_series_dropped_total`.
 
-Each worker exports what it processes: pods of its pod-uid partitions (lifecycle, usage,
-attribution, pod alerts), GPUs of its node partitions (samples, windows, GPU and node
-alerts), so sums over workers count everything once. On a rebalance call
+Each process exports what its partitions hold: pods of its pod-uid partitions (lifecycle,
+usage, attribution, pod alerts), GPUs of its node (or GPU) partitions (samples, windows, GPU
+and node alerts), so sums over replicas count everything once. On a rebalance call
 `forget(pods=..., nodes=...)` for what was revoked and re-observe the lifecycle state of
 the pods assigned (and the firing alerts, which the stream does not repeat: alerts.py).
 

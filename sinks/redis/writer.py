@@ -23,16 +23,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from schemas.alert import Alert
 from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
-from schemas.settings import KafkaSettings, Settings
+from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES, SINK_TOPICS
+from sinks.consumer import Consumer, ConsumerFactory, ConsumerLoop, KafkaClient, Message
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
 from sinks.redis.sink import Backoff, RedisSink, SinkRejected, SinkUnavailable
@@ -56,68 +56,16 @@ CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the 
 LIVE_LOOKBACK_S = 300.0  # a new group's sample partitions start this far back in wall time
 
 
-class Message(Protocol):
-    """A polled record (kafka-python's `ConsumerRecord`)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def value(self) -> bytes | None: ...
-
-
-class Consumer(Protocol):
-    """What the writer uses of a Kafka consumer (kafka-python's `KafkaConsumer`).
-
-    Partitions are the client's own (kafka-python's `TopicPartition`: a named tuple of
-    `topic` and `partition`), handed back to it as they came.
-    """
-
-    def partitions_for_topic(self, topic: str) -> set[int]: ...
-    def subscribe(self, topics: list[str]) -> None: ...
-    def poll(self, timeout_ms: int) -> Mapping[Any, Sequence[Message]]: ...
-    def commit(self) -> None: ...
-    def assignment(self) -> set[Any]: ...
-    def position(self, tp: Any) -> int | None: ...
-    def beginning_offsets(self, tps: list[Any]) -> Mapping[Any, int]: ...
-    def end_offsets(self, tps: list[Any]) -> Mapping[Any, int]: ...
-    def offsets_for_times(self, timestamps: Mapping[Any, int]) -> Mapping[Any, Any]: ...
-    def committed(self, tp: Any) -> int | None: ...
-    def seek(self, tp: Any, offset: int) -> None: ...
-    def pause(self, *tps: Any) -> None: ...
-    def paused(self) -> set[Any]: ...
-    def resume(self, *tps: Any) -> None: ...
-    def close(self) -> None: ...
-
-
-class ConsumerFactory(Protocol):
-    """Builds a consumer on the cluster of `kafka` (`gpuwatch.kafka.consumer`)."""
-
-    def __call__(self, kafka: KafkaSettings, /, **options: Any) -> Consumer: ...
-
-
-@dataclass(frozen=True)
-class KafkaClient:
-    """The Kafka client the writer is given: its consumer factory and its errors."""
-
-    consumer: ConsumerFactory
-    """Builds the writer's consumer from the Kafka settings and kafka-python's options."""
-    error: type[Exception]
-    """The base of the client's errors: the broker or the group away for a while (retried)."""
-    commit_failed: type[Exception]
-    """A commit the group refused: it went on without this consumer (counted, written again)."""
-
-
 def redis_group(settings: Settings) -> str:
-    """The consumer group of the workers' Redis writers."""
+    """The consumer group of the Redis sinks."""
     return f"{settings.kafka.app_id}.redis"
 
 
-class RedisWriter:
+class RedisWriter(ConsumerLoop):
     """The derived topics and live GPU states into Redis, at least once."""
+
+    name = "redis writer"
+    retry_s = FIRST_PAUSE_S
 
     def __init__(
         self,
@@ -135,16 +83,14 @@ class RedisWriter:
         )
         self.live = live
         self.samples_topic = NVML_SAMPLES.full_name(prefix)
-        self.topics = [*(spec.full_name(prefix) for spec in SINK_TOPICS), self.samples_topic]
+        topics = [*(spec.full_name(prefix) for spec in SINK_TOPICS), self.samples_topic]
+        super().__init__(settings.kafka, kafka, topics)
         self._decoders: dict[str, TopicSpec[Any]] = {
             spec.full_name(prefix): spec for spec in SINK_TOPICS
         }
-        self._settings = settings
-        self._kafka = kafka
         self._monotonic = monotonic
         self._wall = wall
         self._known: set[Any] = set()
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_log = 0.0
         self._next_check = 0.0
@@ -161,19 +107,11 @@ class RedisWriter:
         """Node samples that did not decode (the worker dead-letters them with the reason)."""
         self.newest_sample_ms = 0
         """End (ts + interval) of the newest node sample whose live states Redis took."""
-        self.kafka_errors = 0
-        """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
-        self.error: BaseException | None = None
-        """What ended the thread, if it ended on an error."""
 
     def start(self) -> None:
         """Run in a daemon thread until `stop()`."""
         self._thread = threading.Thread(target=self.run, name="redis-writer", daemon=True)
         self._thread.start()
-
-    def stopping(self) -> None:
-        """Ask `run` to return after the batch in hand (safe from a signal handler)."""
-        self._stop.set()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop after the batch in hand (or its current retry), leave the group, close."""
@@ -182,43 +120,17 @@ class RedisWriter:
             self._thread.join(timeout_s)
         self.redis.close()
 
-    def run(self) -> None:
-        """Poll, write and commit until `stop()` or `stopping()`; `error` says what ended it."""
-        try:
-            consumer = self._kafka.consumer(
-                self._settings.kafka,
-                group_id=self.group,
-                client_id="gpuwatch-redis-writer",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=MAX_RECORDS,
-                fetch_min_bytes=FETCH_MIN_BYTES,
-                fetch_max_wait_ms=FETCH_WAIT_MS,
-            )
-            # The derived topics' metadata before joining the group. The first assignment
-            # is made from what the client knows when it joins, and metadata that arrives
-            # during the join counts as assigned: a topic unknown then stayed unassigned
-            # until the client's next metadata change (minutes; Redis stood still).
-            for topic in self.topics:
-                consumer.partitions_for_topic(topic)
-            consumer.subscribe(self.topics)
-        except self._kafka.error as exc:
-            self.error = exc
-            log.error("redis writer cannot start: %r", exc)
-            return
-        try:
-            while not self._stop.is_set():
-                try:
-                    self.step(consumer)
-                except self._kafka.error as exc:  # the broker or the group, for a while: retried
-                    self.kafka_errors += 1
-                    log.warning("redis writer: Kafka error, retrying: %r", exc)
-                    self._stop.wait(FIRST_PAUSE_S)
-        except Exception as exc:  # a bug of ours: said loudly; stream processing goes on
-            self.error = exc
-            log.exception("redis writer stopped")
-        finally:
-            consumer.close()
+    def consumer_options(self) -> dict[str, Any]:
+        """Commits after each batch Redis took; a new group from the topics' start."""
+        return {
+            "group_id": self.group,
+            "client_id": "gpuwatch-redis-writer",
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": MAX_RECORDS,
+            "fetch_min_bytes": FETCH_MIN_BYTES,
+            "fetch_max_wait_ms": FETCH_WAIT_MS,
+        }
 
     def step(self, consumer: Consumer) -> None:
         """One poll: its records and the pending live GPU states into Redis, then commit."""

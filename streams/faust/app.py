@@ -24,7 +24,6 @@ from faust.types import TP
 
 from schemas.alert import Alert
 from schemas.nvml_sample import NvmlSample
-from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
 from schemas.topics import (
     K8S_NODES,
@@ -83,9 +82,6 @@ class LiveHooks(Protocol):
 
     def on_sample(self, sample: NvmlSample) -> None:
         """Each new node sample processed."""
-
-    def on_usage(self, usage: PodUsage) -> None:
-        """Each pod usage processed."""
 
     def on_revoked(self, pods: list[str], nodes: list[str]) -> None:
         """Pod uids and node names whose partitions left this worker."""
@@ -172,7 +168,7 @@ class _Kafka:
 
     async def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read a partition again from `offset`."""
-        await self.app.consumer.seek(TP(topic, partition), offset)
+        await self.app.consumer.rewind(TP(topic, partition), offset)
 
 
 _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
@@ -210,8 +206,8 @@ def build(
 ) -> WorkerRuntime:
     """The worker's Faust app, ready for a Faust worker (nothing connects until it starts).
 
-    With `live`, the processors hand every value they emit, each sample and pod usage, and
-    the firing alerts of each partition's state as it is loaded, to the hooks.
+    With `live`, the processors hand every value they emit, each sample, and the firing
+    alerts of each partition's state as it is loaded, to the hooks.
     """
     options = options or WorkerOptions()
     app = _app(settings, options)
@@ -222,7 +218,7 @@ def build(
     node_config, pod_config = _configs(settings)
     if live is not None:
         node_config = replace(node_config, live=live.on_sample, firing=live.on_firing)
-        pod_config = replace(pod_config, live=live.on_usage, firing=live.on_firing)
+        pod_config = replace(pod_config, firing=live.on_firing)
     node_log, pod_log = changelog_topic_names(settings)
     probe = OffsetProbe(settings.kafka)
     node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)

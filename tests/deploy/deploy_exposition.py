@@ -1,8 +1,9 @@
 """The metric names and labels gpuwatch really exports, read from rendered expositions.
 
-A worker, a node agent and a Kubernetes watcher are each given a little data, their
-/metrics text is rendered, and every family is read back with prometheus_client's
-parser: what a dashboard or a rule may query is what comes out, not a list kept by hand.
+A worker, the two sinks, a node agent and a Kubernetes watcher are each given a little
+data, their /metrics text is rendered, and every family is read back with
+prometheus_client's parser: what a dashboard or a rule may query is what comes out, not a
+list kept by hand.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.empty_node import empty_node_agent
 
+from gpuwatch.run.sink import KAFKA, FeedCollector, SinkCollector, redis_writer
 from producers.agent.metrics import AgentCollector
 from producers.agent.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
@@ -26,8 +28,9 @@ from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
-from schemas.settings import WatcherSettings
+from schemas.settings import Settings, WatcherSettings
 from sinks.prometheus.collector import exposition
+from sinks.prometheus.feed import MetricsFeed
 from sinks.prometheus.metrics import WorkerMetrics
 
 Exported = dict[str, frozenset[str]]
@@ -143,6 +146,27 @@ def watcher_registry() -> CollectorRegistry:
     return registry
 
 
+def redis_sink_registry() -> CollectorRegistry:
+    """The registry of a Redis sink (never started) that wrote records and live GPU states,
+    had one refused, and last took a sample 2.5 s ago."""
+    writer = redis_writer(Settings())
+    writer.written, writer.rejected, writer.samples = 12, 1, 3
+    writer.newest_sample_ms = T0
+    registry = CollectorRegistry()
+    registry.register(SinkCollector(writer, wall=lambda: T0 / 1000 + 2.5))
+    return registry
+
+
+def metrics_sink_registry() -> CollectorRegistry:
+    """The own counters of a metrics sink (never started) that took in a few records; its
+    pod and GPU metrics are those of `worker_metrics`."""
+    feed = MetricsFeed(Settings(), WorkerMetrics(CollectorRegistry()), kafka=KAFKA)
+    feed.records = 9
+    registry = CollectorRegistry()
+    registry.register(FeedCollector(feed))
+    return registry
+
+
 def agent_exposition() -> Exported:
     """What `agent_registry` renders."""
     return _read(generate_latest(agent_registry()).decode())
@@ -158,9 +182,12 @@ def _ignore(_: Any) -> None:
 
 
 def gpuwatch_exposition() -> Exported:
-    """Every name the three gpuwatch processes export, with their labels."""
+    """Every name the gpuwatch processes export, with their labels."""
+    sinks = (redis_sink_registry(), metrics_sink_registry())
     merged: dict[str, frozenset[str]] = {}
-    for part in (worker_exposition(), agent_exposition(), watcher_exposition()):
+    parts = [worker_exposition(), agent_exposition(), watcher_exposition()]
+    parts += [_read(generate_latest(registry).decode()) for registry in sinks]
+    for part in parts:
         for name, labels in part.items():
             merged[name] = merged.get(name, frozenset()) | labels
     return merged

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 GPUWATCH = {
-    "topics", "worker", "sink-redis", "node-agent-sim", "simulate", "node-agent", "k8s-watcher"
+    "topics", "worker", "sink-redis", "sink-metrics", "node-agent-sim", "simulate", "node-agent",
+    "k8s-watcher",
 }  # fmt: skip
 ONE_SHOT = {"topics", "simulate"}
 
@@ -97,8 +98,9 @@ def test_docker_compose_config_where_the_plugin_exists() -> None:
 def test_the_services_and_profiles() -> None:
     found = {name: tuple(s.get("profiles", ())) for name, s in services().items()}
     assert found == {
-        "kafka": (), "redis": (), "topics": (), "worker": (), "sink-redis": (), "prometheus": (),
-        "alertmanager": (), "grafana": (), "node-agent-sim": ("sim",),
+        "kafka": (), "redis": (), "topics": (), "worker": (), "sink-redis": (),
+        "sink-metrics": (), "prometheus": (), "alertmanager": (), "grafana": (),
+        "node-agent-sim": ("sim",),
         "simulate": ("simulate",), "node-agent": ("gpu",), "k8s-watcher": ("k8s",),
     }  # fmt: skip
 
@@ -125,6 +127,7 @@ def test_references_resolve_and_start_in_order() -> None:
     assert order["topics"] == {"kafka"}
     assert order["worker"] == {"topics"}  # no Redis: the sink writes it
     assert order["sink-redis"] == {"topics", "redis"}
+    assert order["sink-metrics"] == {"topics"}  # Kafka only
     for producer in ("node-agent-sim", "simulate", "node-agent", "k8s-watcher"):
         assert order[producer] == {"topics"}
 
@@ -169,11 +172,12 @@ def test_commands_parse_with_the_gpuwatch_command_line() -> None:
     verbs = {}
     for name in GPUWATCH:
         args = build_parser().parse_args(services()[name]["command"])
-        verbs[name] = (args.verb, getattr(args, "backend", None))
+        verbs[name] = (args.verb, getattr(args, "action", None) or getattr(args, "backend", None))
     assert verbs == {
-        "topics": ("topics", None),
+        "topics": ("topics", "create"),
         "worker": ("worker", None),
-        "sink-redis": ("sink", None),
+        "sink-redis": ("sink", "redis"),
+        "sink-metrics": ("sink", "metrics"),
         "node-agent-sim": ("node-agent", "sim"),
         "node-agent": ("node-agent", "nvml"),
         "simulate": ("simulate", None),
@@ -244,6 +248,7 @@ def test_prometheus_finds_each_gpuwatch_service_on_its_metrics_port() -> None:
     port_var = {
         "worker": "GPUWATCH_METRICS_PORT",
         "sink-redis": "GPUWATCH_SINK_METRICS_PORT",
+        "sink-metrics": "GPUWATCH_SINK_EXPORTER_PORT",
         "node-agent-sim": "GPUWATCH_AGENT_METRICS_PORT",
         "node-agent": "GPUWATCH_AGENT_METRICS_PORT",
         "k8s-watcher": "GPUWATCH_WATCHER_METRICS_PORT",
@@ -261,6 +266,7 @@ def test_prometheus_finds_each_gpuwatch_service_on_its_metrics_port() -> None:
     assert found == {
         "worker": "gpuwatch-worker",
         "sink-redis": "gpuwatch-sink",
+        "sink-metrics": "gpuwatch-sink-metrics",
         "node-agent-sim": "gpuwatch-node-agent",
         "node-agent": "gpuwatch-node-agent",
         "k8s-watcher": "gpuwatch-k8s-watcher",

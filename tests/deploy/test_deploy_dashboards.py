@@ -136,6 +136,23 @@ def test_the_dashboards_cover_the_metrics_of_design_section_5(exported: Exported
     assert design - used == set()
 
 
+def test_only_scrape_health_is_read_by_job() -> None:
+    """The pod and GPU metrics come from the metrics sink, the pipeline's from the worker,
+    and each may move: a panel selects a job only to count its targets (`up`)."""
+    by_job = set()
+    for path in BOARDS:
+        for title, target in targets(load(path)):
+            for metric, labels in re.findall(r"(\w*)\{([^}]*)\}", target["expr"]):
+                if re.search(r"\bjob\s*(=|!=|=~|!~)", labels):
+                    by_job.add((metric, labels))
+                    assert metric == "up", (path.name, title, target["expr"])
+    assert {labels for _, labels in by_job} == {
+        f'job="{job}"'
+        for job in ("gpuwatch-worker", "gpuwatch-sink", "gpuwatch-sink-metrics",
+                    "gpuwatch-node-agent", "gpuwatch-k8s-watcher")
+    }  # fmt: skip
+
+
 def test_the_checker_catches_unknown_names_and_labels(exported: Exported) -> None:
     """The checks above could not pass by accident: typos are reported."""
     assert problems("sum(rate(gpuwatch_events_totl[5m]))", exported) == [

@@ -3,9 +3,11 @@
 promtool proves the queries parse; only an evaluation shows a vector match that fails at
 run time (many-to-many, a group_left on the wrong side) or a query that finds nothing.
 A private Prometheus (its own port and data directory, not the local stack's) scrapes a
-worker, a node agent and a watcher served from this process with a little data in each:
-three pods (stalled, queued, running), three GPUs (busy, allocated and idle, free but
-used). Dashboard variables take the example pod's values.
+worker, the two sinks, a node agent and a watcher served from this process with a little
+data in each: three pods (stalled, queued, running), three GPUs (busy, allocated and idle,
+free but used). The pod and GPU metrics are served once, under the worker's job (the
+metrics sink's job serves its own counters): the queries are job-agnostic. Dashboard
+variables take the example pod's values.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_exposition import POD, agent_registry, watcher_registry, worker_metrics
+from deploy_exposition import (
+    POD,
+    agent_registry,
+    metrics_sink_registry,
+    redis_sink_registry,
+    watcher_registry,
+    worker_metrics,
+)
 from deploy_promql import substitute
 from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
@@ -63,6 +72,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     servers = []
     registries = {
         "gpuwatch-worker": worker_metrics(CollectorRegistry()).registry,
+        "gpuwatch-sink": redis_sink_registry(),
+        "gpuwatch-sink-metrics": metrics_sink_registry(),
         "gpuwatch-node-agent": agent_registry(),
         "gpuwatch-k8s-watcher": watcher_registry(),
     }
@@ -160,6 +171,18 @@ def test_the_key_numbers_of_the_fleet_and_queue_boards(prometheus: str) -> None:
     assert state["metric"]["state"] == "stalled"
     (holder,) = query(prometheus, exprs["gpuwatch-fleet/Pods holding idle GPUs"])
     assert (holder["metric"]["pod"], holder["metric"]["gpu"]) == ("serve-0", "GPU-idle-allocated")
+
+
+def test_the_sinks_on_the_pipeline_board(prometheus: str) -> None:
+    def value(promql: str) -> float:
+        (sample,) = query(prometheus, promql)
+        return float(sample["value"][1])
+
+    exprs = {title: e for board, title, e in dashboard_queries() if board == "gpuwatch-pipeline"}
+    assert value(exprs["Redis sinks up"]) == 1
+    assert value(exprs["Metrics sinks up"]) == 1
+    assert value(exprs["Redis sink lag"]) == 2.5
+    assert value(exprs["Records Redis refused over the range"]) == 0  # a flat counter
 
 
 def test_every_alert_rule_evaluates_cleanly(prometheus: str) -> None:

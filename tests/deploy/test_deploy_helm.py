@@ -42,9 +42,13 @@ SECRET_VARS = {"GPUWATCH_REDIS_URL", "GPUWATCH_KAFKA_SASL_PASSWORD"}
 JOBS = {
     "worker": "gpuwatch-worker",
     "sink-redis": "gpuwatch-sink",
+    "sink-metrics": "gpuwatch-sink-metrics",
     "k8s-watcher": "gpuwatch-k8s-watcher",
     "node-agent": "gpuwatch-node-agent",
 }
+# The components that consume Kafka without pricing anything: no price table, no Redis
+# but for the Redis sink.
+SINKS = {"sink-redis", "sink-metrics"}
 
 Object = dict[str, Any]
 
@@ -166,22 +170,24 @@ def test_what_each_values_file_renders(
 
     base = [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
-        "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget", "PodDisruptionBudget",
-        "Service", "Service", "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+        "Deployment", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+        "PodDisruptionBudget", "PodDisruptionBudget", "Service", "Service", "Service",
+        "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
         "ServiceAccount",
     ]  # fmt: skip
     assert kinds(default) == base
     assert kinds(tls) == sorted(
         [*base, "ConfigMap", "ConfigMap", "NetworkPolicy", "PodMonitor", "PrometheusRule",
-         "ServiceMonitor", "ServiceMonitor", "ServiceMonitor"]
+         "ServiceMonitor", "ServiceMonitor", "ServiceMonitor", "ServiceMonitor"]
     )  # fmt: skip
     assert kinds(sim) == sorted(
         ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
-         "Deployment", "Job", "Service", "Service", "Service", "ServiceAccount",
-         "ServiceAccount", "ServiceAccount", "ServiceAccount"]
+         "Deployment", "Deployment", "Job", "Service", "Service", "Service", "Service",
+         "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+         "ServiceAccount"]
     )  # fmt: skip
     deployments = {c for c, _ in pod_specs(default)} - {"node-agent", "topics"}
-    assert deployments == {"worker", "sink-redis", "k8s-watcher"}
+    assert deployments == {"worker", "sink-redis", "sink-metrics", "k8s-watcher"}
 
 
 # --- security -----------------------------------------------------------------------------
@@ -218,7 +224,7 @@ def test_every_container_is_locked_down(values: str, request: pytest.FixtureRequ
         assert pod.get("hostPID", False) is root
         assert pod.get("hostNetwork", False) is False
         assert pod.get("hostIPC", False) is False
-    assert seen == {"worker", "sink-redis", "k8s-watcher", "node-agent", "topics"}
+    assert seen == {"worker", "sink-redis", "sink-metrics", "k8s-watcher", "node-agent", "topics"}
 
 
 def test_the_node_agent_on_gpu_nodes_has_host_pids_and_read_only_kubelet_mounts(
@@ -260,8 +266,8 @@ def test_the_simulated_node_agent_needs_nothing_from_the_host(sim: list[Object])
 def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
     tokens = {c: pod["spec"]["automountServiceAccountToken"] for c, pod in pod_specs(default)}
     assert tokens == {
-        "worker": False, "sink-redis": False, "k8s-watcher": True, "node-agent": False,
-        "topics": False,
+        "worker": False, "sink-redis": False, "sink-metrics": False, "k8s-watcher": True,
+        "node-agent": False, "topics": False,
     }  # fmt: skip
     accounts = {a["metadata"]["name"]: a for a in by_kind(default, "ServiceAccount")}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
@@ -269,7 +275,7 @@ def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
         if component != "topics":  # a pre-install hook: it runs before the accounts exist
             account = accounts[pod["spec"]["serviceAccountName"]]
             assert account["metadata"]["labels"]["app.kubernetes.io/component"] == component
-    assert len(accounts) == 4  # one per long-running component
+    assert len(accounts) == 5  # one per long-running component
 
 
 def test_secrets_come_from_secrets_and_redis_only_to_the_sink(tls: list[Object]) -> None:
@@ -330,8 +336,39 @@ def test_without_the_sink_nothing_is_given_redis(helm: str) -> None:
     monitors = by_kind(objects, "ServiceMonitor")
     assert {m["spec"]["endpoints"][0]["relabelings"][0]["replacement"] for m in monitors} == {
         "gpuwatch-worker",
+        "gpuwatch-sink-metrics",
         "gpuwatch-k8s-watcher",
     }
+
+
+def test_without_the_metrics_sink_nothing_of_it_is_rendered(helm: str) -> None:
+    objects = render(helm, "-f", str(TLS_VALUES), "--set", "sinkMetrics.enabled=false")
+    components = {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in objects}
+    assert "sink-metrics" not in components
+    assert {"worker", "sink-redis", "k8s-watcher", "node-agent"} <= components
+    monitors = by_kind(objects, "ServiceMonitor")
+    assert {m["spec"]["endpoints"][0]["relabelings"][0]["replacement"] for m in monitors} == {
+        "gpuwatch-worker",
+        "gpuwatch-sink",
+        "gpuwatch-k8s-watcher",
+    }
+    # Its replicas are not held against the partitions while it is off.
+    assert template(helm, "--set", "sinkMetrics.enabled=false", "--set",
+                    "sinkMetrics.replicas=13").returncode == 0  # fmt: skip
+
+
+def test_the_metrics_sink_needs_kafka_alone(tls: list[Object]) -> None:
+    """No Redis, no prices, no API token: its pod has Kafka's settings and CA, and /tmp."""
+    deployment = one(tls, "Deployment", "sink-metrics")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][2:] == ["sink", "metrics"]
+    env = env_of(container)
+    assert not {"GPUWATCH_REDIS_URL", "GPUWATCH_PRICES"} & set(env)
+    assert env["GPUWATCH_KAFKA_BOOTSTRAP"]["value"].startswith("kafka-0.kafka.svc:9093")
+    assert {v["name"] for v in pod["volumes"]} == {"tmp", "kafka-ca"}
+    assert pod["automountServiceAccountToken"] is False
+    assert "annotations" not in deployment["spec"]["template"]["metadata"]  # no price checksum
 
 
 @pytest.mark.parametrize(
@@ -347,12 +384,16 @@ def test_without_the_sink_nothing_is_given_redis(helm: str) -> None:
         (["--set", "sinkRedis.replicas=13"],
          "sinkRedis.replicas (13) exceeds kafka.partitions (12)"),
         (["--set", "settings.GPUWATCH_SINK_METRICS_PORT=1"], "is set by the chart"),
+        (["--set", "sinkMetrics.replicas=13"],
+         "sinkMetrics.replicas (13) exceeds kafka.partitions (12)"),
+        (["--set", "settings.GPUWATCH_SINK_EXPORTER_PORT=1"], "is set by the chart"),
         (["--set", "nodeAgent.backend=dcgm"], "nodeAgent.backend: nvml or sim"),
         (["--set", "prometheusRule.enabled=true", "--set", "prometheusRule.alertsFrom=metrics"],
          "prometheusRule.alertsFrom: stream or thresholds"),
     ],
     ids=["redis-password", "redis-setting", "sasl-setting", "managed", "not-gpuwatch",
-         "sasl-no-secret", "replicas", "sink-replicas", "sink-port", "backend", "alerts-from"],
+         "sasl-no-secret", "replicas", "sink-replicas", "sink-port", "metrics-sink-replicas",
+         "metrics-sink-port", "backend", "alerts-from"],
 )  # fmt: skip
 def test_unsafe_or_broken_values_are_refused(helm: str, setting: list[str], message: str) -> None:
     done = template(helm, *setting)
@@ -391,7 +432,7 @@ def test_env_names_are_settings_and_the_settings_load(
             assert str(kafka.ssl_cafile) == "/etc/gpuwatch/kafka-ca/ca.crt"
             assert settings.windows.window_s == 30
             assert settings.watcher.namespaces == ("ml", "research")
-            if component == "sink-redis":  # the worker prices the records
+            if component in SINKS:  # the worker prices the records
                 assert "GPUWATCH_PRICES" not in env
             elif component != "topics":
                 assert settings.cost.prices.models == {"H100": 3.2}
@@ -424,6 +465,7 @@ def test_container_args_parse_with_the_gpuwatch_command_line(
         "node-agent": ("node-agent", "_node_agent"),
         "topics": ("topics", "_topics_create"),
         "sink-redis": ("sink", "_redis"),
+        "sink-metrics": ("sink", "_metrics"),
     }
 
 
@@ -441,7 +483,9 @@ def test_the_topics_job_runs_before_install_and_upgrade(default: list[Object]) -
 # --- workers ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("component", "replicas"), [("worker", 6), ("sink-redis", 3)])
+@pytest.mark.parametrize(
+    ("component", "replicas"), [("worker", 6), ("sink-redis", 3), ("sink-metrics", 4)]
+)
 def test_workers_and_sinks_stop_gracefully_and_are_disrupted_one_at_a_time(
     tls: list[Object], component: str, replicas: int
 ) -> None:
@@ -512,14 +556,14 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
         "node-agent": "GPUWATCH_AGENT_METRICS_PORT",
         "k8s-watcher": "GPUWATCH_WATCHER_METRICS_PORT",
         "sink-redis": "GPUWATCH_SINK_METRICS_PORT",
+        "sink-metrics": "GPUWATCH_SINK_EXPORTER_PORT",
     }
     defaults = load_settings(env={"HOME": "/tmp"})
     setting = {
-        "worker": defaults.metrics.port,
-        "node-agent": defaults.agent.metrics_port,
-        "k8s-watcher": defaults.watcher.metrics_port,
-        "sink-redis": defaults.sink.metrics_port,
+        component: getattr(getattr(defaults, ENV_VARS[var][0]), ENV_VARS[var][1])
+        for component, var in port_env.items()
     }
+    assert setting["worker"] == defaults.metrics.port
     jobs = prometheus_jobs()
     for component, _, container in containers(default):
         if component == "topics":
@@ -540,6 +584,9 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
         ],
         "sink-redis": [
             {"name": "metrics", "port": 9483, "targetPort": "metrics", "protocol": "TCP"}
+        ],
+        "sink-metrics": [
+            {"name": "metrics", "port": 9484, "targetPort": "metrics", "protocol": "TCP"}
         ],
     }
 
@@ -566,6 +613,7 @@ def test_monitors_keep_the_pod_labels_and_name_the_jobs_the_rules_use(tls: list[
     assert jobs == {
         "gpuwatch-worker": "worker",
         "gpuwatch-sink": "sink-redis",
+        "gpuwatch-sink-metrics": "sink-metrics",
         "gpuwatch-k8s-watcher": "k8s-watcher",
         "gpuwatch-node-agent": "node-agent",
     }
@@ -637,8 +685,8 @@ def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> No
         ports[component] = {port["port"] for rule in rules for port in rule["ports"]}
     common = {53, 9093, 6443}  # DNS, Kafka, the API server: networkPolicy.egress
     assert ports == {
-        "worker": common, "sink-redis": common | {6380}, "k8s-watcher": common,
-        "node-agent": common, "topics": common,
+        "worker": common, "sink-redis": common | {6380}, "sink-metrics": common,
+        "k8s-watcher": common, "node-agent": common, "topics": common,
     }  # fmt: skip
     sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
     redis_policy = one(tls, "NetworkPolicy", "sink-redis")

@@ -126,7 +126,26 @@ def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
 def test_promtool_accepts_the_rule_set(path: Path) -> None:
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in done.stdout
+    assert "SUCCESS: 11 rules found" in done.stdout
+
+
+def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:
+    """Each job of prometheus.yml but the node agents' (NodeTelemetryMissing tells of a
+    silent node) is named by an `up` selector of the pipeline group."""
+    jobs = {
+        job["job_name"]
+        for job in yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text("utf-8"))[
+            "scrape_configs"
+        ]
+    }
+    watched: set[str] = set()
+    for rule in groups(STREAM)["gpuwatch-pipeline"]:
+        for matcher in re.findall(r'\bup\{job(=~?)"([^"]*)"\}', rule["expr"]):
+            op, value = matcher
+            watched |= set(value.split("|")) if op == "=~" else {value}
+    assert watched == {j for j in jobs if j.startswith("gpuwatch-")} - {"gpuwatch-node-agent"}
+    sink_down = alerts(STREAM)["GpuwatchSinkDown"]["expr"]
+    assert 'up{job="gpuwatch-worker"} == 1' in sink_down  # absent sinks count while workers run
 
 
 def test_the_promtool_tests_cover_both_sets() -> None:

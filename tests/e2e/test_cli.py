@@ -38,7 +38,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         (("topics", "create"), ["co-partitioned", "--partitions", "--replication-factor"]),
         (("topics", "list"), ["partition count"]),
         (("settings",), ["masked"]),
-        (("sink",), ["redis"]),
+        (("sink",), ["redis", "metrics"]),
+        (("sink", "metrics"), ["consumer group", "GPUWATCH_SINK_EXPORTER_PORT", "pod.lifecycle"]),
         (("sink", "redis"), ["consumer group", "GPUWATCH_SINK_METRICS_PORT", "SIGTERM"]),
     ],
 )

@@ -330,11 +330,13 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
         "GPUWATCH_REDIS_URL": store.url,
         "GPUWATCH_METRICS_PORT": str(port),
         "GPUWATCH_SINK_METRICS_PORT": str(free_port()),
+        "GPUWATCH_SINK_EXPORTER_PORT": str(exporter_port := free_port()),
     }
     began = time.monotonic()
     alone = start_worker(reference, "reference")
     worker = start_worker(hostile, "hostile", env=env)
-    sink = start_worker(hostile, "sink", env=env, sink=True)
+    sink = start_worker(hostile, "sink", env=env, sink="redis")
+    exporter = start_worker(hostile, "exporter", env=env, sink="metrics")
 
     # The valid traffic alone: every window and alert of the scenario (as the recovery test).
     assert holds_within(
@@ -375,8 +377,16 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
     finally:
         client.close()
 
-    text = metrics_text(port)
-    check_metrics(text, pods, nodes)
+    def metrics_shown() -> bool:
+        try:
+            check_metrics(metrics_text(exporter_port), pods, nodes)
+        except AssertionError:
+            return False
+        return True
+
+    if not holds_within(metrics_shown, timeout_s=DONE_WITHIN_S, interval_s=0.5):
+        check_metrics(metrics_text(exporter_port), pods, nodes)  # fails, saying what is missing
+    text = metrics_text(port)  # the worker's own: the pipeline's counters
     counted = {
         labels["topic"].removeprefix(old): v
         for n, labels, v in metric_samples(text)
@@ -387,6 +397,8 @@ def test_ten_thousand_hostile_messages_are_dead_lettered_and_valid_traffic_is_un
 
     worker.stop()
     sink.stop()
+    exporter.stop()
+    assert exporter.process.returncode == 0, exporter.log[-3000:]
     assert worker.process.returncode == 0, worker.log[-3000:]
     assert worker.counters()["deadletter"] == TOTAL
     assert sink.process.returncode == 0, sink.log[-3000:]

@@ -110,7 +110,7 @@ def test_redis_away_mid_run_comes_back_to_the_state_the_topics_say(
     }
     produce(scoped, first)
     worker = start_worker(scoped)
-    sink = start_worker(scoped, "sink", env=env, sink=True)
+    sink = start_worker(scoped, "sink", env=env, sink="redis")
     client = redis.Redis(port=store.port, decode_responses=False)
     try:
         half_until = case.t0 + HALF * S

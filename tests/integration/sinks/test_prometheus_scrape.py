@@ -24,7 +24,7 @@ from sinks.prometheus.metrics import MetricsServeError, WorkerMetrics, serve
 
 pytestmark = pytest.mark.integration
 
-WORKER_PORT = 9480  # the port prometheus.yml scrapes as job gpuwatch-worker
+EXPORTER_PORT = 9484  # the port prometheus.yml scrapes as job gpuwatch-sink-metrics
 DEADLINE_S = 60.0  # a 5 s scrape interval, a few scrapes of slack on a loaded machine
 # No proxies: an http_proxy in the environment must not swallow requests to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -60,15 +60,17 @@ def _poll(what: str, probe: Callable[[], Any]) -> Any:
 
 @pytest.fixture
 def served(stack: Settings) -> Iterator[tuple[WorkerMetrics, Clock]]:
-    """A WorkerMetrics on a fresh registry, served where the local Prometheus scrapes."""
+    """A WorkerMetrics on a fresh registry, served where the local Prometheus scrapes the
+    metrics sink (`gpuwatch sink metrics`)."""
     clock = Clock()
     metrics = WorkerMetrics(CollectorRegistry(), clock=clock)
     try:
-        server, thread = serve(WORKER_PORT, "127.0.0.1", metrics.registry)
+        server, thread = serve(EXPORTER_PORT, "127.0.0.1", metrics.registry)
     except MetricsServeError as exc:
         pytest.fail(
-            f"{exc}: something (a running `gpuwatch worker`?) holds 127.0.0.1:{WORKER_PORT}, "
-            "the port the local Prometheus scrapes as gpuwatch-worker; stop it and rerun"
+            f"{exc}: something (a running `gpuwatch sink metrics`?) holds "
+            f"127.0.0.1:{EXPORTER_PORT}, the port the local Prometheus scrapes as "
+            "gpuwatch-sink-metrics; stop it and rerun"
         )
     try:
         yield metrics, clock
@@ -78,14 +80,14 @@ def served(stack: Settings) -> Iterator[tuple[WorkerMetrics, Clock]]:
         thread.join(timeout=5)
 
 
-def test_prometheus_scrapes_the_worker_and_loses_a_finished_pods_series(
+def test_prometheus_scrapes_the_metrics_sink_and_loses_a_finished_pods_series(
     stack: Settings, served: tuple[WorkerMetrics, Clock]
 ) -> None:
     metrics, clock = served
     base = f"http://127.0.0.1:{stack.stack.prometheus_port}"
     run = uuid.uuid4().hex[:8]
     ns, node, uid = f"gwtest-{run}", f"gwtest-node-{run}", f"gwtest-uid-{run}"
-    job = f'job="gpuwatch-worker",instance="127.0.0.1:{WORKER_PORT}"'
+    job = f'job="gpuwatch-sink-metrics",instance="127.0.0.1:{EXPORTER_PORT}"'
 
     raw = example("gpuwatch.pod.lifecycle/v1") | {"uid": uid, "namespace": ns, "node": node}
     metrics.observe_lifecycle(msgspec.convert(raw | {"to_state": "running"}, PodLifecycle))
@@ -142,7 +144,8 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
     expected = {
         "GpuIdleAllocated", "GpuUnallocatedAccess", "PodStalled", "PodQueuedTooLong",
         "NodeTelemetryMissing", "GpuwatchPipelineLagging", "GpuwatchDeadLetters",
-        "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchMetricsSeriesDropped",
+        "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
+        "GpuwatchMetricsSeriesDropped",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:

@@ -16,7 +16,8 @@ RULES = PROMETHEUS / "gpuwatch-rules.yml"
 ALERTS = {
     "GpuIdleAllocated", "PodStalled", "PodQueuedTooLong", "GpuUnallocatedAccess",
     "NodeTelemetryMissing", "GpuwatchPipelineLagging", "GpuwatchDeadLetters",
-    "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchMetricsSeriesDropped",
+    "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
+    "GpuwatchMetricsSeriesDropped",
 }  # fmt: skip
 
 
@@ -30,7 +31,7 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules() -> None:
     checked = run("promtool", "check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 10 rules found" in checked.stdout
+    assert "SUCCESS: 11 rules found" in checked.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:

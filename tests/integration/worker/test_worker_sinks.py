@@ -1,5 +1,6 @@
-"""`gpuwatch worker` and `gpuwatch sink redis`: Redis comes up late and converges; the worker's
-/metrics shows the pods; the worker runs without any Redis."""
+"""`gpuwatch worker`, `gpuwatch sink redis` and `gpuwatch sink metrics`: Redis comes up late
+and converges; the metrics sink shows the pods, the worker its pipeline and alerts; the
+worker runs without any Redis."""
 
 from __future__ import annotations
 
@@ -73,34 +74,45 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     case = scenario(scoped, aligned_t0())
     t0, training, idle = case.t0, case.training.uid, case.idle.uid
     produce(scoped, case.messages)
-    sink_port = free_port()
+    sink_port, exporter_port = free_port(), free_port()
     env = {
         "GPUWATCH_WORKER_SINKS": "true",
         "GPUWATCH_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "GPUWATCH_METRICS_PORT": str(metrics_port),
         "GPUWATCH_SINK_METRICS_PORT": str(sink_port),
+        "GPUWATCH_SINK_EXPORTER_PORT": str(exporter_port),
     }
     worker = start_worker(scoped, env=env)
-    sink = start_worker(scoped, "sink", env=env, sink=True)
+    sink = start_worker(scoped, "sink", env=env, sink="redis")
+    exporter = start_worker(scoped, "exporter", env=env, sink="metrics")
 
     # Redis is not there yet: the stream is processed all the same, /metrics shows it.
     wait_for("the training pod's two windows", lambda: len(decoded(scoped, ATTRIBUTION)) >= 3)
     text = wait_for(
-        "the stalled pod on /metrics",
-        lambda: (t := metrics_text(metrics_port)) and 'state="stalled"' in t and t,
-        worker,
+        "the stalled pod on the metrics sink",
+        lambda: (t := metrics_text(exporter_port)) and 'state="stalled"' in t and t,
+        exporter,
     )
     assert sample_value(text, "gpuwatch_pod_state", pod=case.idle.name, state="stalled") == 1.0
     assert sample_value(text, "gpuwatch_pod_state", pod="queued-0", state="queued") == 1.0
+    attributions = decoded(scoped, ATTRIBUTION)
+    cost = {ns: sum(a.cost_usd for a in attributions if a.namespace == ns) for ns in ("ml",)}
+    wait_for(
+        "every window's cost on the metrics sink",
+        lambda: (
+            sample_value(metrics_text(exporter_port), "gpuwatch_cost_usd_total", namespace="ml")
+            == pytest.approx(cost["ml"])
+        ),
+        exporter,
+    )
+    text = metrics_text(metrics_port)  # the worker's own: pipeline and alerts, no pods
     samples_topic = f"{scoped.kafka.topic_prefix}nvml.samples"
     assert sample_value(text, "gpuwatch_events_total", topic=samples_topic) == 90.0
     assert sample_value(text, "gpuwatch_deadletter_total") is None
     assert sample_value(text, "gpuwatch_late_events_total") == 0.0
-    attributions = decoded(scoped, ATTRIBUTION)
-    cost = {ns: sum(a.cost_usd for a in attributions if a.namespace == ns) for ns in ("ml",)}
-    assert sample_value(text, "gpuwatch_cost_usd_total", namespace="ml") == pytest.approx(
-        cost["ml"]
-    )
+    assert sample_value(text, "gpuwatch_pod_state", pod=case.idle.name, state="stalled") is None
+    firing = sample_value(text, "gpuwatch_alert_firing", alertname="PodStalled", pod=case.idle.name)
+    assert firing == 1.0
     wait_for("the sink to notice Redis is away", lambda: "Redis unavailable" in sink.log, sink)
     assert "Redis" not in worker.log  # the worker never needs it
 
@@ -153,6 +165,8 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     assert sample_value(sink_text, "gpuwatch_sink_rejected_total") == 0.0
     worker.stop()
     sink.stop()
+    exporter.stop()
     assert worker.process.returncode == 0, worker.log
     assert sink.process.returncode == 0, sink.log
+    assert exporter.process.returncode == 0, exporter.log
     assert "rejected=0" in sink.log

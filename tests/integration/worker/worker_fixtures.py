@@ -52,8 +52,8 @@ WORKER_ENV = {
 Message = tuple[str, bytes | None, bytes, int | None]
 """(topic, key, value, partition) to produce; partition None: by key."""
 StartWorker = Callable[..., "Worker"]
-"""The `start_worker` fixture: `start(settings, instance="w1", env=None, sink=False) -> Worker`
-(with `sink`, a `gpuwatch sink redis` process instead of a worker)."""
+"""The `start_worker` fixture: `start(settings, instance="w1", env=None, sink=None) -> Worker`
+(with `sink="redis"` or `"metrics"`, a `gpuwatch sink ...` process instead of a worker)."""
 
 
 class FakeClock:
@@ -290,10 +290,10 @@ def spawn_worker(
     instance: str = "w1",
     env: dict[str, str] | None = None,
     *,
-    sink: bool = False,
+    sink: str | None = None,
 ) -> Worker:
     """Start a `gpuwatch worker` process on the settings' topics, `env` over WORKER_ENV; with
-    `sink`, a `gpuwatch sink redis` process on them."""
+    `sink`, a `gpuwatch sink <sink>` process on them."""
     env = {
         **os.environ,
         **WORKER_ENV,
@@ -308,8 +308,8 @@ def spawn_worker(
     }
     argv = [str(GPUWATCH), "worker", "--tick-interval", "0.5", "--session-timeout", "6"]
     argv += ["--instance", instance]
-    if sink:
-        argv = [str(GPUWATCH), "sink", "redis"]
+    if sink is not None:
+        argv = [str(GPUWATCH), "sink", sink]
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     return Worker(process, log_path)
@@ -317,8 +317,8 @@ def spawn_worker(
 
 @contextmanager
 def worker_starter(log_dir: Path) -> Iterator[StartWorker]:
-    """`start(settings, instance="w1", env=None, sink=False)`: workers (or Redis sinks) logging
-    to `log_dir`, all stopped (SIGTERM) on the way out."""
+    """`start(settings, instance="w1", env=None, sink=None)`: workers (or sinks) logging to
+    `log_dir`, all stopped (SIGTERM) on the way out."""
     started: list[Worker] = []
 
     def start(
@@ -326,9 +326,9 @@ def worker_starter(log_dir: Path) -> Iterator[StartWorker]:
         instance: str = "w1",
         env: dict[str, str] | None = None,
         *,
-        sink: bool = False,
+        sink: str | None = None,
     ) -> Worker:
-        kind = "sink" if sink else "worker"
+        kind = "worker" if sink is None else f"sink-{sink}"
         log_path = log_dir / f"{kind}-{len(started)}-{instance}.log"
         started.append(spawn_worker(settings, log_path, instance, env, sink=sink))
         return started[-1]

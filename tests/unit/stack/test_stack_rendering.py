@@ -116,6 +116,7 @@ def test_deploy_prometheus_config_scrapes_gpuwatch_jobs() -> None:
     assert targets == {
         "gpuwatch-worker": ["127.0.0.1:9480"],
         "gpuwatch-sink": ["127.0.0.1:9483"],
+        "gpuwatch-sink-metrics": ["127.0.0.1:9484"],
         "gpuwatch-node-agent": ["127.0.0.1:9481"],
         "gpuwatch-k8s-watcher": ["127.0.0.1:9482"],
         "prometheus": ["127.0.0.1:9090"],

@@ -1,11 +1,14 @@
-"""The worker's /metrics without a server: values counted as the processors emit them."""
+"""The worker's /metrics without a server: its pipeline counters and the stream's alerts, as the
+processors emit them; the pod and GPU metrics are the metrics sink's."""
 
 from __future__ import annotations
 
 import msgspec
 
 from gpuwatch.run.worker_sinks import WorkerSinks, pipeline_counts
+from schemas.alert import Alert
 from schemas.examples import example
+from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
 from streams.processors.outputs import Counters
@@ -28,5 +31,20 @@ def test_metrics_count_emitted_values_and_pipeline_counters() -> None:
     assert get("gpuwatch_deadletter_total", {"topic": "t.k8s.pods", "reason": "json"}) == 2
     assert get("gpuwatch_late_events_total", {}) == 3
     state = {"namespace": "ml", "pod": "train-0", "team": "vision", "node": "gpu-node-17"}
-    assert get("gpuwatch_pod_state", state | {"state": "stalled"}) == 1  # the example's
+    assert get("gpuwatch_pod_state", state | {"state": "stalled"}) is None  # `sink metrics`
     assert pipeline_counts(counters)["gpuwatch_duplicate_events"] == {(): 1.0}
+
+
+def test_the_worker_counts_and_shows_the_alerts_it_emits_and_reads_the_lag() -> None:
+    sinks = WorkerSinks(Settings(), Counters(), wall=lambda: 1_764_412_100.0)
+    alert = msgspec.convert(example("gpuwatch.alert/v1"), Alert)
+    sinks.on_record(alert)
+    get = sinks.registry.get_sample_value
+    counted = {"alertname": alert.name, "severity": alert.severity, "status": alert.status}
+    assert get("gpuwatch_alerts_total", counted) == 1
+    sample = msgspec.convert(example("gpuwatch.nvml.sample/v1"), NvmlSample)
+    sinks.on_sample(sample)
+    lag = 1_764_412_100.0 - (sample.ts + sample.interval_ms) / 1000
+    assert get("gpuwatch_pipeline_lag_seconds", {}) == max(0.0, lag)
+    gpu = {"node": sample.node, "gpu": sample.gpus[0].uuid, "model": sample.gpus[0].model}
+    assert get("gpuwatch_gpu_utilization_ratio", gpu) is None  # `sink metrics`

@@ -51,11 +51,11 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 
 {{/*
 Checks of values that would otherwise fail late, in a pod: secrets in plain values,
-more workers or Redis sinks than partitions.
+more workers or sinks than partitions.
 */}}
 {{- define "gpuwatch.validate" -}}
 {{- $secretVars := list "GPUWATCH_REDIS_URL" "GPUWATCH_KAFKA_SASL_PASSWORD" -}}
-{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
+{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_SINK_EXPORTER_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
 {{- range $name, $_ := .Values.settings -}}
 {{- if not (hasPrefix "GPUWATCH_" $name) -}}
 {{- fail (printf "settings.%s: only GPUWATCH_* settings go here (the extraEnv of a component takes other variables)" $name) -}}
@@ -78,6 +78,9 @@ more workers or Redis sinks than partitions.
 {{- end -}}
 {{- if and .Values.sinkRedis.enabled (gt (int .Values.sinkRedis.replicas) (int .Values.kafka.partitions)) -}}
 {{- fail (printf "sinkRedis.replicas (%d) exceeds kafka.partitions (%d): the extra sinks would get no partition" (int .Values.sinkRedis.replicas) (int .Values.kafka.partitions)) -}}
+{{- end -}}
+{{- if and .Values.sinkMetrics.enabled (gt (int .Values.sinkMetrics.replicas) (int .Values.kafka.partitions)) -}}
+{{- fail (printf "sinkMetrics.replicas (%d) exceeds kafka.partitions (%d): the extra sinks would get no partition" (int .Values.sinkMetrics.replicas) (int .Values.kafka.partitions)) -}}
 {{- end -}}
 {{- if not (has .Values.nodeAgent.backend (list "nvml" "sim")) -}}
 {{- fail "nodeAgent.backend: nvml or sim" -}}

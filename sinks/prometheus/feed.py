@@ -1,0 +1,174 @@
+"""The pod and GPU metrics fed from the topics: the consumer of `gpuwatch sink metrics`.
+
+`MetricsFeed` reads pod.lifecycle, attribution, gpu.windows, pod.usage and nvml.samples in
+a consumer group of its own (`{app_id}.metrics`: replicas share the partitions) and hands
+each decoded record to a `WorkerMetrics`, which serves them at scrape time. A worker no
+longer keeps them: its core does stream processing only.
+
+Its state is rebuilt from the topics whenever a partition comes to it (a start, or a
+rebalance that moved the partition here): pod.lifecycle from the start of its retention,
+so every live pod shows its state, not only those that changed state since (a finish older
+than `LOOKBACK_S` drops the pod instead: its series would be gone already); the other
+topics from `LOOKBACK_S` back in wall time (the record timestamps), enough for the live
+readings, and the counters go on from zero, as after any restart of an exporter. A
+partition kept across a rebalance goes on from the group's last commit (every few
+seconds: what is read twice is counted once, see `WorkerMetrics`). A partition that leaves
+takes its pods, GPUs and nodes with it (`WorkerMetrics.forget`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from schemas.attribution import Attribution
+from schemas.codec import SchemaError, TopicSpec
+from schemas.gpu_window import GpuWindow
+from schemas.nvml_sample import NvmlSample
+from schemas.pod_lifecycle import PodLifecycle
+from schemas.pod_usage import PodUsage
+from schemas.settings import Settings
+from schemas.topics import ATTRIBUTION, GPU_WINDOWS, NVML_SAMPLES, POD_LIFECYCLE, POD_USAGE
+from sinks.consumer import Consumer, ConsumerLoop, KafkaClient, Message
+from sinks.prometheus.metrics import WorkerMetrics
+
+__all__ = ["LOOKBACK_S", "MetricsFeed", "metrics_group"]
+
+log = logging.getLogger(__name__)
+
+LOOKBACK_S = 300.0  # how far back a partition coming here is read (all but pod.lifecycle)
+POLL_MS = 500
+MAX_RECORDS = 2000
+FETCH_MIN_BYTES = 64 * 1024  # as the Redis writer: a fetch per 64 kB or 200 ms, not per record
+FETCH_WAIT_MS = 200
+COMMIT_EVERY_MS = 5000
+RETRY_S = 0.5  # pause after a Kafka error (the broker or the group away for a while)
+FEED_TOPICS: tuple[TopicSpec[Any], ...] = (
+    POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, POD_USAGE, NVML_SAMPLES
+)  # fmt: skip
+
+
+def metrics_group(settings: Settings) -> str:
+    """The consumer group of the metrics sinks."""
+    return f"{settings.kafka.app_id}.metrics"
+
+
+class MetricsFeed(ConsumerLoop):
+    """The topics into a `WorkerMetrics`, read by one consumer until `stopping()`."""
+
+    name = "metrics sink"
+    retry_s = RETRY_S
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: WorkerMetrics,
+        *,
+        kafka: KafkaClient,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        prefix = settings.kafka.topic_prefix
+        self.specs: dict[str, TopicSpec[Any]] = {s.full_name(prefix): s for s in FEED_TOPICS}
+        super().__init__(settings.kafka, kafka, list(self.specs))
+        self.metrics = metrics
+        self.lifecycle_topic = POD_LIFECYCLE.full_name(prefix)
+        self.samples_topic = NVML_SAMPLES.full_name(prefix)
+        self.windows_topic = GPU_WINDOWS.full_name(prefix)
+        self.group = metrics_group(settings)
+        self._wall = wall
+        self._known: set[Any] = set()
+        self._owned: dict[Any, set[str]] = {}
+        """partition -> the pod uids, GPU uuids or node names its records named."""
+        self.records = 0
+        """Records handed to the metrics."""
+        self.invalid = 0
+        """Records that did not decode (the worker's own topics: written by someone else)."""
+
+    def consumer_options(self) -> dict[str, Any]:
+        """Positions committed every few seconds, for partitions kept across a rebalance."""
+        return {
+            "group_id": self.group,
+            "client_id": "gpuwatch-metrics-sink",
+            "enable_auto_commit": True,
+            "auto_commit_interval_ms": COMMIT_EVERY_MS,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": MAX_RECORDS,
+            "fetch_min_bytes": FETCH_MIN_BYTES,
+            "fetch_max_wait_ms": FETCH_WAIT_MS,
+        }
+
+    def step(self, consumer: Consumer) -> None:
+        """One poll: partitions placed or forgotten, then each record into the metrics."""
+        polled = consumer.poll(timeout_ms=POLL_MS)
+        moved = self._place(consumer)
+        for tp, messages in polled.items():
+            if tp in moved or not messages:
+                continue
+            self._feed(tp, messages, self._owned.setdefault(tp, set()))
+
+    def _place(self, consumer: Consumer) -> set[Any]:
+        """Partitions new here are read from where their state is rebuilt (those of this
+        poll read again from there); partitions gone are forgotten."""
+        assigned = consumer.assignment()
+        new, gone = assigned - self._known, self._known - assigned
+        self._known = set(assigned)
+        if gone:
+            self._forget(gone)
+        since_ms = int((self._wall() - LOOKBACK_S) * 1000)
+        for tp in sorted(new):
+            if tp.topic == self.lifecycle_topic:
+                offset = consumer.beginning_offsets([tp])[tp]
+            else:
+                found = consumer.offsets_for_times({tp: since_ms}).get(tp)
+                offset = found.offset if found is not None else consumer.end_offsets([tp])[tp]
+            consumer.seek(tp, offset)
+        return new
+
+    def _forget(self, gone: set[Any]) -> None:
+        pods: list[str] = []
+        gpus: list[str] = []
+        nodes: list[str] = []
+        for tp in gone:
+            owned = self._owned.pop(tp, set())
+            if tp.topic == self.samples_topic:
+                nodes.extend(owned)
+            elif tp.topic == self.windows_topic:
+                gpus.extend(owned)
+            else:
+                pods.extend(owned)
+        self.metrics.forget(pods=pods, gpus=gpus, nodes=nodes)
+
+    def _feed(self, tp: Any, messages: Sequence[Message], owned: set[str]) -> None:
+        spec = self.specs[tp.topic]
+        old_ms = int((self._wall() - LOOKBACK_S) * 1000)
+        m = self.metrics
+        for message in messages:
+            try:
+                if message.value is None:
+                    raise SchemaError(message.topic, "$", "no value (a tombstone)")
+                record = spec.decode(message.value)
+            except SchemaError as exc:
+                self.invalid += 1
+                log.debug("metrics sink skips an invalid record offset=%d: %s", message.offset, exc)
+                continue
+            self.records += 1
+            if isinstance(record, NvmlSample):
+                owned.add(record.node)
+                m.observe_sample(record)
+            elif isinstance(record, PodUsage):
+                m.observe_usage(record)
+            elif isinstance(record, GpuWindow):
+                owned.add(record.uuid)
+                m.observe_gpu_window(record)
+            elif isinstance(record, Attribution):
+                owned.add(record.uid)
+                m.observe_attribution(record)
+            elif isinstance(record, PodLifecycle):
+                if record.to_state == "finished" and record.ts < old_ms:
+                    owned.discard(record.uid)
+                    m.forget(pods=[record.uid])  # long finished: no series to show
+                    continue
+                owned.add(record.uid)
+                m.observe_lifecycle(record)

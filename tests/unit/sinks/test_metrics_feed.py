@@ -1,0 +1,170 @@
+"""The metrics sink's consumer without Kafka: where partitions start, what they feed, what
+a revoke takes away."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from support.metric_records import POD, T0, attribution, lifecycle, sample, worker
+from support.metric_records import gpu as gpu_reading
+
+from schemas.settings import Settings
+from schemas.topics import ATTRIBUTION, NVML_SAMPLES, POD_LIFECYCLE
+from sinks.consumer import KafkaClient
+from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
+from sinks.prometheus.metrics import WorkerMetrics
+
+SETTINGS = Settings()
+PREFIX = SETTINGS.kafka.topic_prefix
+LIFECYCLE, ATTRIB, SAMPLES = (
+    s.full_name(PREFIX) for s in (POD_LIFECYCLE, ATTRIBUTION, NVML_SAMPLES)
+)
+NOW_S = T0 / 1000 + 3600.0
+
+
+class TP(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Msg(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+class Found(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class FakeConsumer:
+    """Hands out the polls given; the assignment is what the test says; seeks recorded."""
+
+    def __init__(self, assigned: set[TP], polls: list[list[Msg]]) -> None:
+        self.assigned = assigned
+        self.polls = polls
+        self.seeks: dict[TP, int] = {}
+        self.asked_since: list[int] = []
+
+    def poll(self, timeout_ms: int) -> dict[TP, list[Msg]]:
+        out: dict[TP, list[Msg]] = {}
+        for m in self.polls.pop(0) if self.polls else []:
+            out.setdefault(TP(m.topic, m.partition), []).append(m)
+        return out
+
+    def assignment(self) -> set[TP]:
+        return set(self.assigned)
+
+    def beginning_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return dict.fromkeys(tps, 3)
+
+    def end_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return dict.fromkeys(tps, 90)
+
+    def offsets_for_times(self, timestamps: dict[TP, int]) -> dict[TP, Any]:
+        self.asked_since.extend(timestamps.values())
+        return {tp: Found(40, 0) if tp.topic == ATTRIB else None for tp in timestamps}
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks[tp] = offset
+
+
+def _no_consumer(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the tests hand the consumer to step()")
+
+
+def feed(metrics: WorkerMetrics) -> MetricsFeed:
+    unused = KafkaClient(consumer=_no_consumer, error=OSError, commit_failed=OSError)
+    return MetricsFeed(SETTINGS, metrics, kafka=unused, wall=lambda: NOW_S)
+
+
+def msg(topic: str, offset: int, value: bytes, partition: int = 0) -> Msg:
+    return Msg(topic, partition, offset, value)
+
+
+def pod_state(metrics: WorkerMetrics, state: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value("gpuwatch_pod_state", POD | labels | {"state": state})
+
+
+def test_new_partitions_start_at_the_lifecycle_start_and_a_few_minutes_back_elsewhere() -> None:
+    metrics = worker()
+    f = feed(metrics)
+    tps = {TP(LIFECYCLE, 0), TP(ATTRIB, 0), TP(SAMPLES, 0)}
+    # The first poll's records come from wherever the group stood: read again from the seeks.
+    consumer = FakeConsumer(tps, [[msg(ATTRIB, 0, ATTRIBUTION.encode(attribution()))]])
+    f.step(consumer)
+    assert consumer.seeks == {TP(LIFECYCLE, 0): 3, TP(ATTRIB, 0): 40, TP(SAMPLES, 0): 90}
+    assert set(consumer.asked_since) == {int((NOW_S - LOOKBACK_S) * 1000)}
+    assert f.records == 0
+
+
+def test_records_feed_the_pod_and_gpu_metrics() -> None:
+    metrics = worker()
+    f = feed(metrics)
+    tps = {TP(LIFECYCLE, 0), TP(SAMPLES, 1)}
+    reading = gpu_reading("GPU-1", util=75.0, pods=("u1",))
+    polls = [
+        [],
+        [
+            msg(LIFECYCLE, 3, POD_LIFECYCLE.encode(lifecycle(ts=int(NOW_S * 1000) - 5_000))),
+            msg(SAMPLES, 90, NVML_SAMPLES.encode(sample("n1", T0, [reading], {})), partition=1),
+        ],
+    ]
+    consumer = FakeConsumer(tps, polls)
+    f.step(consumer)  # placed
+    f.step(consumer)
+    assert f.records == 2
+    assert pod_state(metrics, "running") == 1
+    util = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
+    assert metrics.registry.get_sample_value("gpuwatch_gpu_utilization_ratio", util) == 0.75
+
+
+def test_a_long_finished_pod_read_from_the_history_shows_no_series() -> None:
+    metrics = worker()
+    f = feed(metrics)
+    long_ago = int((NOW_S - 2 * LOOKBACK_S) * 1000)
+    history = [
+        msg(LIFECYCLE, 3, POD_LIFECYCLE.encode(lifecycle(to="running", ts=long_ago - 60_000))),
+        msg(LIFECYCLE, 4, POD_LIFECYCLE.encode(lifecycle(to="finished", ts=long_ago))),
+    ]
+    consumer = FakeConsumer({TP(LIFECYCLE, 0)}, [[], history])
+    f.step(consumer)
+    f.step(consumer)
+    assert pod_state(metrics, "running") is None
+    assert pod_state(metrics, "finished") is None
+
+
+def test_a_partition_that_leaves_takes_its_pods_and_nodes_with_it() -> None:
+    metrics = worker()
+    f = feed(metrics)
+    tps = {TP(LIFECYCLE, 0), TP(LIFECYCLE, 1)}
+    recent = int(NOW_S * 1000) - 5_000
+    polls = [
+        [],
+        [
+            msg(LIFECYCLE, 3, POD_LIFECYCLE.encode(lifecycle("u1", ts=recent))),
+            msg(LIFECYCLE, 3, POD_LIFECYCLE.encode(lifecycle("u2", ts=recent, pod="p2")), 1),
+        ],
+    ]
+    consumer = FakeConsumer(tps, polls)
+    f.step(consumer)
+    f.step(consumer)
+    assert pod_state(metrics, "running") == 1
+    consumer.assigned = {TP(LIFECYCLE, 1)}  # partition 0 went to another replica
+    f.step(consumer)
+    assert pod_state(metrics, "running") is None
+    assert pod_state(metrics, "running", pod="p2") == 1
+
+
+def test_an_undecodable_record_is_counted_and_skipped() -> None:
+    f = feed(worker())
+    consumer = FakeConsumer({TP(LIFECYCLE, 0)}, [[], [msg(LIFECYCLE, 3, b"{")]])
+    f.step(consumer)
+    f.step(consumer)
+    assert (f.invalid, f.records) == (1, 0)
+
+
+def test_the_metrics_sinks_group_is_their_own() -> None:
+    assert metrics_group(SETTINGS) == "gpuwatch.metrics"
