@@ -146,10 +146,14 @@ class Progress:
         }
 
     def restore(self, partition: int, positions: dict[str, int]) -> None:
-        """Take the positions stored with a partition's state as processed."""
+        """Take the positions stored with a partition's state as processed.
+
+        A position of 0 (an input held since the partition's first offset) is read from 0,
+        not from the committed offset.
+        """
         for topic, offset in positions.items():
-            if offset > 0:
-                self.processed(topic, partition, offset - 1)
+            key = (topic, partition)
+            self._done[key] = max(self._done.get(key, -1), offset - 1)
 
     def has_pending(self) -> list[int]:
         """Partitions with ticks waiting."""

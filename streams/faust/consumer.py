@@ -4,9 +4,55 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.faust.internals import seek_to_beginning
+from streams.faust.internals import replace_read_offsets, seek_to_beginning
 
-__all__ = ["rewinding_consumer"]
+__all__ = ["ReadOffsets", "rewinding_consumer"]
+
+
+class ReadOffsets(dict[Any, "int | None"]):
+    """Faust's offset last read of each partition, kept at a seek's target until it is read.
+
+    Faust's fetch loop drops a fetched record below its partition's read offset and sets the
+    offset to each record it delivers. After a seek back (the agent loop reading a gap
+    again) the rest of the records fetched before it still come, and set the offset past
+    the target again: the records read again were then dropped and the seek repeated (after
+    three tries the gap was taken as real, the usage in it lost). While a partition is held,
+    the records of the old fetch (past the target) are delivered, and skipped by the agent
+    loop as past its gap, without moving the offset; the first record at the target, or at
+    or behind one already delivered (the log start, where the target has gone), ends it.
+    While held the offset reads as None: nothing is dropped.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: dict[Any, tuple[int, int | None]] = {}
+        """partition -> (seek target, newest record of the old fetch delivered since)."""
+
+    def __getitem__(self, tp: Any) -> int | None:
+        # Held: None, so every record is delivered and none taken for a gap in Faust's
+        # acks (its `_add_gap` per record of the old fetch made the read again wait
+        # seconds); the agent loop knows which ones it expects.
+        return None if tp in self._held else self.get(tp)
+
+    def hold(self, tp: Any, offset: int) -> None:
+        """A seek of `tp` back to `offset`: the offset read stays there until it is read."""
+        self._held[tp] = (offset, None)
+        super().__setitem__(tp, offset if offset else None)
+
+    def __setitem__(self, tp: Any, offset: int | None) -> None:
+        held = self._held.get(tp)
+        if held is not None and offset is not None:
+            target, newest = held
+            if offset != target and (newest is None or offset > newest):
+                self._held[tp] = (target, offset)  # fetched before the seek
+                return
+            del self._held[tp]
+        super().__setitem__(tp, offset)
+
+    def pop(self, tp: Any, *default: Any) -> Any:
+        """Forget a partition (revoked), its hold with it."""
+        self._held.pop(tp, None)
+        return super().pop(tp, *default)
 
 
 def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
@@ -16,10 +62,16 @@ def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
     back to the committed offsets to read them again; aiokafka skips that seek for a
     partition without a commit (or committed at 0), so those records were lost for the
     group. Such a partition is read again from its beginning, as a new group would.
+    `rewind` reads a partition again for the agent loop (`ReadOffsets`).
     """
 
     class RewindingConsumer(base):  # type: ignore[misc]
         __module__ = base.__module__  # mode names a service's logger after its module
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.read_offsets = ReadOffsets()
+            replace_read_offsets(self, self.read_offsets)
 
         async def seek_to_committed(self) -> Any:
             committed = await super().seek_to_committed()
@@ -27,5 +79,16 @@ def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
             if rewind:
                 await seek_to_beginning(self, *rewind)
             return committed
+
+        async def rewind(self, partition: Any, offset: int) -> None:
+            """Read `partition` again from `offset` (the agent loop found a gap).
+
+            Faust's `seek` calls the aiokafka consumer from the event loop while the
+            consumer's thread fetches: the seek could be lost to a fetch in progress, or
+            crash the fetcher (`KeyError` in `fetched_records`). `seek_wait` seeks in the
+            consumer's thread.
+            """
+            await self.seek_wait({partition: offset})
+            self.read_offsets.hold(partition, offset)
 
     return RewindingConsumer

@@ -17,6 +17,7 @@ __all__ = [
     "aiokafka_producer_of",
     "bound_signal_handlers",
     "committed_offset",
+    "replace_read_offsets",
     "seek_to_beginning",
     "use_consumer_class",
 ]
@@ -42,6 +43,17 @@ def committed_offset(consumer: Any, topic: str, partition: int) -> int | None:
     """
     offset: int | None = consumer._committed_offset.get(TP(topic, partition))
     return offset
+
+
+def replace_read_offsets(consumer: Any, offsets: Any) -> None:
+    """Make `offsets` (a mapping, empty) the consumer's offsets last read, before it starts.
+
+    Faust keeps them in `Consumer._read_offset` (a defaultdict of None): its fetch loop
+    (`_drain_messages`) binds the mapping's `__getitem__` and `__setitem__` when it starts,
+    drops a record below the offset and sets it to each record it delivers; `seek` and
+    `seek_wait` set it, revocation pops it.
+    """
+    consumer._read_offset = offsets
 
 
 async def seek_to_beginning(consumer: Any, *partitions: Any) -> None:

@@ -19,7 +19,9 @@ Held inputs are not stored with the state: a pod holding an hour of usage in a b
 (its node partition far ahead of the slowest) would rewrite it all every few seconds.
 Instead the partition's stored positions stay at the oldest input still held
 (`resume_offsets`), so a restart reads the held inputs again (and skips, as replays, what
-was released since).
+was released since). A finished pod forgotten meanwhile (an hour after it finished) has
+no state to tell a replay by: its newest input offsets are stored (`FORGOTTEN`) until no
+restart can read them again, and an input at or before them is skipped.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
 
-__all__ = ["FINISHED_KEEP_MS", "PodConfig", "PodPartition"]
+__all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "PodConfig", "PodPartition"]
+
+FORGOTTEN = b"@forgotten|"  # key prefix of a forgotten pod's offsets (no uid starts with "@")
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,19 @@ class PodPartition:
         self._held_at: dict[str, dict[int, PodUid]] = {}
         """Offsets of the held inputs, by topic (a redelivery of one is a duplicate)."""
         self._held_offsets: dict[tuple[PodUid, int], tuple[str, int]] = {}
-        for _key, raw in stored:
-            self._keep(pod_state.decode(raw))
+        self._read_at: dict[PodUid, dict[str, int]] = {}
+        """Each pod's newest input offset by topic."""
+        self._forgotten: dict[PodUid, dict[str, int]] = {}
+        """Forgotten pods' newest input offsets, stored until no restart can read one again:
+        one read again finds no state, and would start the pod anew (re-emitting its
+        windows with only what was read again over the complete records)."""
+        self._forgotten_changed: set[PodUid] = set()
+        for key, raw in stored:
+            if key.startswith(FORGOTTEN):
+                uid = PodUid(key[len(FORGOTTEN) :].decode())
+                self._forgotten[uid] = msgspec.json.decode(raw, type=dict[str, int])
+            else:
+                self._keep(pod_state.decode(raw))
         if config.firing is not None:
             for uid in sorted(self.pods):
                 for alert in still_firing(self.pods[uid], config.rules):
@@ -158,6 +173,20 @@ class PodPartition:
                 self._due.pop(uid, None)
                 self._stepped.pop(uid, None)
                 self._gone.add(uid)
+                self._forget(uid)
+        if self._forgotten:
+            resume = self.resume_offsets()
+            for uid, read in list(self._forgotten.items()):
+                if _read_before(read, resume):  # no restart reads an input of it again
+                    del self._forgotten[uid]
+                    self._forgotten_changed.add(uid)
+
+    def _forget(self, uid: PodUid) -> None:
+        """Keep a forgotten pod's newest input offsets while a restart could read one again."""
+        read = self._read_at.pop(uid, {})
+        if not _read_before(read, self.resume_offsets()):
+            self._forgotten[uid] = read
+            self._forgotten_changed.add(uid)
 
     def _catch_up(self, state: PodState, out: Outputs) -> PodState:
         """The pod stepped to the watermark applied last, unless it was already."""
@@ -195,8 +224,13 @@ class PodPartition:
             for uid in sorted(self._dirty)
             if uid in self.pods
         ]
+        writes += [
+            (FORGOTTEN + uid.encode(), _encode_offsets(self._forgotten.get(uid)))
+            for uid in sorted(self._forgotten_changed)
+        ]
         self._dirty.clear()
         self._gone.clear()
+        self._forgotten_changed.clear()
         return writes
 
     def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
@@ -237,6 +271,12 @@ class PodPartition:
         """Hold an input ahead of the watermark; apply one at or behind it at once."""
         c = self.config
         uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
+        gone = self._forgotten.get(uid)
+        if gone is not None and source.offset <= gone.get(source.topic, -1):
+            self.counters.duplicates += 1  # read again after a restart: applied, then forgotten
+            return
+        read = self._read_at.setdefault(uid, {})
+        read[source.topic] = max(read.get(source.topic, -1), source.offset)
         if self.applied is None or item.key > self.applied:
             offsets = self._held_at.setdefault(source.topic, {})
             if source.offset in offsets:
@@ -291,3 +331,13 @@ class PodPartition:
     def _observe(self, ts: int) -> None:
         if self.stream_time is None or ts > self.stream_time:
             self.stream_time = ts
+
+
+def _read_before(read: dict[str, int], resume: dict[str, int]) -> bool:
+    """Whether a pod's newest input offsets (`read`) are all before where a restart reads
+    again (`resume`, the oldest held input of each topic)."""
+    return all(offset < resume[topic] for topic, offset in read.items() if topic in resume)
+
+
+def _encode_offsets(offsets: dict[str, int] | None) -> bytes | None:
+    return None if offsets is None else msgspec.json.encode(offsets)

@@ -240,8 +240,14 @@ class AgentLoop:
     def _write_state(self) -> None:
         """The state changed since the last write, and each partition's input positions."""
         for partition, processor in self.partitions.items():
-            for key, value in processor.take_writes():
+            writes = processor.take_writes()
+            for key, value in writes:
                 self._table.write(partition, key, value)
+            if writes:
+                # Where a restart reads again moves with the state too (the pod side's
+                # oldest held input, released by ticks), not only with new inputs: a state
+                # written with older positions would read again what it has forgotten.
+                self._unwritten.add(partition)
         for partition in sorted(self._unwritten):
             owner = self.partitions.get(partition)
             if owner is not None:

@@ -14,7 +14,11 @@ offsets after a missing one as committable). Two signs show such a gap to the ag
 Where nothing places a partition yet (no stored position, no commit, its log start not
 learnt: the broker did not answer), its events wait and it is read again (`unplaced`).
 
-After `MAX_REWINDS` seeks to the same offset a gap is taken as real and processing goes on.
+A gap is read again until it is filled, each try waiting twice as long (up to
+`REWIND_MAX_S`): in a backlog the records fetched before a seek can take many seconds to
+drain, and a gap taken as real after three tries a second apart lost the usage in it. It is
+taken as real only when the log no longer holds it (its start is past the missing offset)
+after `MAX_REWINDS` tries: offsets being contiguous, nothing else makes one.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from streams.core.ticks import Progress, Tick
 
-__all__ = ["MAX_REWINDS", "REWIND_AGAIN_S", "STALL_S", "Rewinds", "Seek"]
+__all__ = ["MAX_REWINDS", "REWIND_AGAIN_S", "REWIND_MAX_S", "STALL_S", "Rewinds", "Seek"]
 
 log = logging.getLogger(__name__)
 
-MAX_REWINDS = 3  # seeks back to one missing offset before the gap is taken as real
+MAX_REWINDS = 3  # seeks back to one missing offset before a gap gone from the log is real
 REWIND_AGAIN_S = 1.0  # events fetched before a seek still arrive for a while after it
+REWIND_MAX_S = 8.0  # the longest wait between two seeks to one gap
 STALL_S = 3.0  # a tick waiting this long with its input quiet: the data was skipped
 
 Seek = Callable[[str, int, int], Awaitable[None]]
@@ -71,7 +76,7 @@ class Rewinds:
         missing, tries, _ = self._rewinds.get(key, (expected, 0, 0.0))
         if missing != expected:
             self._rewinds[key] = (expected, 0, 0.0)
-        elif tries >= MAX_REWINDS:
+        elif tries >= MAX_REWINDS and self._gone(topic, partition, missing):
             log.warning(
                 "input gap taken as real topic=%s partition=%d offsets=%d..%d",
                 topic,
@@ -84,6 +89,11 @@ class Rewinds:
         else:
             self._rewinds.setdefault(key, (missing, tries, 0.0))
         return True
+
+    def _gone(self, topic: str, partition: int, missing: int) -> bool:
+        """Whether the log no longer holds offset `missing` (deleted: its start is past it)."""
+        start = self._start_of(topic, partition)
+        return start is not None and start > missing
 
     def unplaced(self, topic: str, partition: int, offset: int) -> None:
         """Nothing says where an input partition starts: its events from `offset` wait.
@@ -127,7 +137,8 @@ class Rewinds:
         now = self._now()
         for key, (missing, tries, at) in list(self._rewinds.items()):
             topic, partition = key
-            if self._seek is None or tries >= MAX_REWINDS or (tries and now - at < REWIND_AGAIN_S):
+            wait = min(REWIND_AGAIN_S * 2 ** max(tries - 1, 0), REWIND_MAX_S)
+            if self._seek is None or (tries and now - at < wait):
                 continue
             log.warning(
                 "input gap, reading again topic=%s partition=%d from=%d try=%d",

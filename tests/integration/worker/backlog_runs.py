@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from histories import History, long_history
+from kafka import TopicPartition
 from topic_io import consume_all
 from worker_fixtures import Message, Worker, wait_for
 
@@ -101,6 +102,17 @@ def records(settings: Settings) -> dict[str, dict[tuple[Any, ...], list[str]]]:
             grouped.setdefault(key(value), []).append(json.dumps(value, sort_keys=True))
         out[name] = grouped
     return out
+
+
+def produced(settings: Settings, name: str) -> int:
+    """How many records a derived topic holds now (its end offsets: no need to read them)."""
+    topic = IDENTITY[name][0].full_name(settings.kafka.topic_prefix)
+    consumer = kafka.consumer(settings.kafka, enable_auto_commit=False)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    finally:
+        consumer.close()
+    return sum(ends.values())
 
 
 def totals(settings: Settings) -> dict[str, tuple[float, float]]:

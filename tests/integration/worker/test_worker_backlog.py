@@ -24,7 +24,7 @@ from backlog_runs import (
     complete,
     messages,
     produce_paced,
-    records,
+    produced,
     twelve_hours,
 )
 from histories import History
@@ -126,10 +126,9 @@ def test_a_backlog_gives_the_paced_records(
 @pytest.mark.xfail(
     strict=False,
     reason=(
-        "known bug: a worker restarted after a kill mid-backlog loses part of the usage of a "
-        "few pods (7 pods short by 16-50 allocated GPU-seconds when killed at a quarter); "
-        "RELIABILITY.md. Killed later, the first worker has often finished and the second "
-        "has nothing to do."
+        "known bug, partly fixed: after a kill a quarter into a backlog, some runs still end "
+        "with pods short by part of one window (19 pods by 17-50 allocated GPU-seconds in 1 "
+        "of 3 runs after the fixes); RELIABILITY.md."
     ),
 )
 def test_a_backlog_with_a_kill_a_quarter_in_gives_the_paced_records(
@@ -141,7 +140,7 @@ def test_a_backlog_with_a_kill_a_quarter_in_gives_the_paced_records(
     quarter = len(paced_run["attribution"]) // 4
     wait_for(
         "a quarter of the attribution",
-        lambda: len(records(backlog)["attribution"]) >= quarter,
+        lambda: produced(backlog, "attribution") >= quarter,  # end offsets: no lag
         first,
         timeout_s=DONE_S,
     )
@@ -150,6 +149,7 @@ def test_a_backlog_with_a_kill_a_quarter_in_gives_the_paced_records(
     result = complete(backlog, history, second)
     second.stop()
     assert second.counters()["late"] == 0
+    assert second.counters()["events"] > 0  # the first had not finished: a restart was tested
     assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
 
 

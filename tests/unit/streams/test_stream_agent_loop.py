@@ -79,6 +79,7 @@ def loop(
     state_every_s: float = 0.0,
     start_of: Callable[[str, int], int | None] = lambda topic, partition: 0,
     load_starts: Any = None,
+    committed: Callable[[str, int], int | None] = lambda topic, partition: None,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     table, made = Table(log), {}
 
@@ -96,7 +97,7 @@ def loop(
         table=table,
         make=make,
         outputs=Outputs("t.", counters),
-        committed=lambda topic, partition: None,
+        committed=committed,
         send=lambda record: log.append(f"send {record.topic}"),
         flush=flush,
         seek=seek,
@@ -198,16 +199,22 @@ def test_events_after_a_gap_wait_while_the_partition_is_read_again() -> None:
     assert made[0].handled == [b"a", b"b", b"c"]
 
 
-def test_a_gap_is_taken_as_real_after_the_seeks_find_nothing() -> None:
+def test_a_gap_is_read_again_less_often_until_the_log_no_longer_holds_it() -> None:
     seeks = Seeks()
-    clock = [0.0]
-    agent, _, made = loop([], Counters(), seek=seeks, now=lambda: clock[0])
+    clock, start = [0.0], [0]
+    agent, _, made = loop(
+        [], Counters(), seek=seeks, now=lambda: clock[0], start_of=lambda t, p: start[0]
+    )
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
-    for _ in range(MAX_REWINDS + 1):
+    for _ in range(8):  # a backlog's records fetched before the seeks still coming
         asyncio.run(agent.process([Message(IN, 0, 5, None, b"f")]))
         clock[0] += REWIND_AGAIN_S
-    assert seeks.offsets == [1] * MAX_REWINDS
+    assert seeks.offsets == [1] * 4  # at 0, 1, 3 and 7 s: each wait twice the last
+    assert made[0].handled == [b"a"]  # 1..4 are in the log: never taken as lost
+    start[0] = 5  # deleted (retention): the gap is real
+    asyncio.run(agent.process([Message(IN, 0, 5, None, b"f")]))
     assert made[0].handled == [b"a", b"f"]
+    assert MAX_REWINDS <= 4
 
 
 def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position() -> None:
