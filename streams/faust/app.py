@@ -35,7 +35,7 @@ from schemas.topics import (
 from streams.core.integrals import PriceBook
 from streams.faust.batches import Batches
 from streams.faust.consumer import rewinding_consumer
-from streams.faust.internals import committed_offset, use_consumer_class
+from streams.faust.internals import committed_offset, use_consumer_class, use_fast_lz4
 from streams.faust.tables import FaustTable
 from streams.faust.tick_timer import OffsetProbe, TickSender, tick_topic_name
 from streams.faust.worker import new_app
@@ -105,6 +105,7 @@ class WorkerRuntime:
 
 
 def _app(settings: Settings, options: WorkerOptions) -> Any:
+    use_fast_lz4()
     kafka = settings.kafka
     datadir = options.datadir or Path(tempfile.mkdtemp(prefix="gpuwatch-worker-"))
     return new_app(

@@ -8,9 +8,12 @@ an upgrade changes what it relies on.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+from aiokafka import codec
+from aiokafka.record._crecords import default_records as c_records
 from faust.types import TP
 
 __all__ = [
@@ -20,7 +23,10 @@ __all__ = [
     "replace_read_offsets",
     "seek_to_beginning",
     "use_consumer_class",
+    "use_fast_lz4",
 ]
+
+LZ4_LEVEL = 1  # LZ4's fast mode: levels 3 and up are its high-compression mode
 
 SignalHandler = Callable[[], None]
 
@@ -83,3 +89,15 @@ def bound_signal_handlers(worker: Any, wrap: Callable[[SignalHandler], SignalHan
     """
     worker._on_sigterm = wrap(worker._on_sigterm)
     worker._on_sigint = wrap(worker._on_sigint)
+
+
+def use_fast_lz4() -> None:
+    """Make aiokafka compress lz4 record batches in LZ4's fast mode (this process only).
+
+    aiokafka 0.14 has no compression level option: its record batch builder (the C one,
+    `aiokafka.record._crecords.default_records`) calls `aiokafka.codec.lz4_encode` at its
+    default level 9, LZ4's high-compression mode: about 95 MB/s on the worker's outputs,
+    5 % of its CPU under a backlog, against about 1 GB/s at level 1 for batches a fifth
+    larger. The frames are the same format either way; consumers see no difference.
+    """
+    c_records.lz4_encode = functools.partial(codec.lz4_encode, level=LZ4_LEVEL)

@@ -24,6 +24,7 @@ from faust.types import TP
 
 from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES
+from streams.faust import internals
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.internals import aiokafka_producer_of, committed_offset
 from streams.faust.worker import new_worker
@@ -149,3 +150,32 @@ def test_a_worker_installs_the_wrapped_stop_handlers(runtime: WorkerRuntime) -> 
     assert loop.handlers[signal.SIGTERM] is not originals["_on_sigterm"]
     assert loop.handlers[signal.SIGTERM].__qualname__.startswith("test_a_worker_installs")
     assert worker.spinner is None
+
+
+def test_the_c_batch_builder_compresses_lz4_in_fast_mode_and_the_batch_reads_back() -> None:
+    from aiokafka.record._crecords import default_records as c_records
+    from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+    calls: list[int] = []
+    fast = c_records.lz4_encode
+
+    def counted(data: Any, **kwargs: Any) -> bytes:
+        calls.append(len(data))
+        return fast(data, **kwargs)  # type: ignore[no-any-return]
+
+    internals.use_fast_lz4()
+    assert c_records.lz4_encode.keywords == {"level": internals.LZ4_LEVEL}  # type: ignore[attr-defined]
+    c_records.lz4_encode = counted
+    try:
+        builder = DefaultRecordBatchBuilder(
+            magic=2, compression_type=DefaultRecordBatch.CODEC_LZ4, is_transactional=False,
+            producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+        )  # fmt: skip
+        values = [b'{"schema":"gpuwatch.pod.usage/v1","n":%d}' % i * 20 for i in range(50)]
+        for offset, value in enumerate(values):
+            builder.append(offset, timestamp=None, key=b"k", value=value, headers=[])
+        batch = DefaultRecordBatch(bytes(builder.build()))
+    finally:
+        internals.use_fast_lz4()
+    assert len(calls) == 1
+    assert [record.value for record in batch] == values
