@@ -20,13 +20,17 @@ from schemas.pod_usage import PodUsage
 from streams.core.integrals import PodGpuIntegrals
 
 __all__ = [
+    "Forgotten",
     "GpuTotals",
     "Held",
     "OpenWindow",
     "PodNames",
     "PodState",
     "decode",
+    "decode_forgotten",
     "encode",
+    "encode_forgotten",
+    "forgotten",
     "new_state",
 ]
 
@@ -161,8 +165,38 @@ class PodState(_State, frozen=True, kw_only=True):
         return msgspec.convert(data, cls)
 
 
+class Forgotten(msgspec.Struct, frozen=True, array_like=True):
+    """What is kept of a pod forgotten an hour after it finished, to tell its inputs read
+    again, or sent again, from new ones: with no state, either would start it anew and
+    re-emit its windows with only what came again, over the complete records.
+
+    An input read again after a restart is at or before `read` (the newest input offsets
+    by topic). Usage sent again by a restarted node side, at new offsets, ends at or
+    before `attributed_until`, as it would have for the state. Stored as a JSON array; a
+    JSON object is the older form, `read` alone.
+    """
+
+    read: dict[str, int]
+    attributed_until: int | None = None
+    since: int = 0
+    """When the pod finished (an older form's 0: kept by `read` alone)."""
+
+    def replays(self, topic: str, offset: int, usage: PodUsage | None) -> bool:
+        """Whether an input of the pod was applied before it was forgotten."""
+        if offset <= self.read.get(topic, -1):
+            return True
+        until = self.attributed_until
+        return usage is not None and until is not None and usage.end_ts <= until
+
+
+def forgotten(state: PodState, read: dict[str, int]) -> Forgotten:
+    """What is kept of a pod forgotten with `state`, its inputs' newest offsets `read`."""
+    return Forgotten(read=read, attributed_until=state.attributed_until, since=state.since)
+
+
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(PodState)
+_FORGOTTEN_DECODER = msgspec.json.Decoder(Forgotten | dict[str, int])
 
 
 def new_state(uid: PodUid) -> PodState:
@@ -178,3 +212,14 @@ def encode(state: PodState) -> bytes:
 def decode(raw: bytes | str) -> PodState:
     """The state back from `encode`'s output."""
     return _DECODER.decode(raw)
+
+
+def encode_forgotten(kept: Forgotten) -> bytes:
+    """A forgotten pod's record as compact JSON."""
+    return _ENCODER.encode(kept)
+
+
+def decode_forgotten(raw: bytes | str) -> Forgotten:
+    """A forgotten pod's record back, from `encode_forgotten`'s output or the older form."""
+    kept = _FORGOTTEN_DECODER.decode(raw)
+    return kept if isinstance(kept, Forgotten) else Forgotten(read=kept)

@@ -20,8 +20,11 @@ Held inputs are not stored with the state: a pod holding an hour of usage in a b
 Instead the partition's stored positions stay at the oldest input still held
 (`resume_offsets`), so a restart reads the held inputs again (and skips, as replays, what
 was released since). A finished pod forgotten meanwhile (an hour after it finished) has
-no state to tell a replay by: its newest input offsets are stored (`FORGOTTEN`) until no
-restart can read them again, and an input at or before them is skipped.
+no state to tell a replay by: its newest input offsets and the end of its usage counted
+are stored (`FORGOTTEN`, `pod_state.Forgotten`), and an input at or before those offsets,
+or usage ending at or before that end, is skipped. The end catches usage a restarted
+node side sends again at new offsets: its stored state (written every few seconds) can
+be hours of event time behind the claims the pod side's watermark took in a backlog.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams.core import pod_state
 from streams.core.pod_alerts import still_firing
-from streams.core.pod_state import Held, PodState, new_state
+from streams.core.pod_state import Forgotten, Held, PodState, new_state
 from streams.core.pod_step import (
     FINISHED_KEEP_MS,
     PodOutputs,
@@ -54,9 +57,14 @@ from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
 
-__all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "PodConfig", "PodPartition"]
+__all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "SENT_AGAIN_KEEP_MS", "PodConfig", "PodPartition"]
 
-FORGOTTEN = b"@forgotten|"  # key prefix of a forgotten pod's offsets (no uid starts with "@")
+FORGOTTEN = b"@forgotten|"  # key prefix of a forgotten pod's record (no uid starts with "@")
+# How long (event time) after it was forgotten a pod's usage may still be sent again: a
+# restarted node side sends again what came after its stored state, written every 5 s,
+# which a backlog worked off at 20-40 event-minutes a second puts up to some 3 hours
+# behind the claims the watermark took; twice that.
+SENT_AGAIN_KEEP_MS = 6 * 3_600_000
 
 
 @dataclass(frozen=True)
@@ -110,15 +118,15 @@ class PodPartition:
         self._held_offsets: dict[tuple[PodUid, int], tuple[str, int]] = {}
         self._read_at: dict[PodUid, dict[str, int]] = {}
         """Each pod's newest input offset by topic."""
-        self._forgotten: dict[PodUid, dict[str, int]] = {}
-        """Forgotten pods' newest input offsets, stored until no restart can read one again:
-        one read again finds no state, and would start the pod anew (re-emitting its
-        windows with only what was read again over the complete records)."""
+        self._forgotten: dict[PodUid, Forgotten] = {}
+        """What is kept of forgotten pods until no input of theirs can come again: one
+        that finds no state would start the pod anew (re-emitting its windows with only
+        what came again over the complete records)."""
         self._forgotten_changed: set[PodUid] = set()
         for key, raw in stored:
             if key.startswith(FORGOTTEN):
                 uid = PodUid(key[len(FORGOTTEN) :].decode())
-                self._forgotten[uid] = msgspec.json.decode(raw, type=dict[str, int])
+                self._forgotten[uid] = pod_state.decode_forgotten(raw)
             else:
                 self._keep(pod_state.decode(raw))
         if config.firing is not None:
@@ -173,20 +181,20 @@ class PodPartition:
                 self._due.pop(uid, None)
                 self._stepped.pop(uid, None)
                 self._gone.add(uid)
-                self._forget(uid)
+                self._forget(after, wm)
         if self._forgotten:
             resume = self.resume_offsets()
-            for uid, read in list(self._forgotten.items()):
-                if _read_before(read, resume):  # no restart reads an input of it again
+            for uid, kept in list(self._forgotten.items()):
+                if _expired(kept, resume, wm):
                     del self._forgotten[uid]
                     self._forgotten_changed.add(uid)
 
-    def _forget(self, uid: PodUid) -> None:
-        """Keep a forgotten pod's newest input offsets while a restart could read one again."""
-        read = self._read_at.pop(uid, {})
-        if not _read_before(read, self.resume_offsets()):
-            self._forgotten[uid] = read
-            self._forgotten_changed.add(uid)
+    def _forget(self, state: PodState, wm: int) -> None:
+        """Keep what tells a forgotten pod's inputs applied while one could come again."""
+        kept = pod_state.forgotten(state, self._read_at.pop(state.uid, {}))
+        if not _expired(kept, self.resume_offsets(), wm):
+            self._forgotten[state.uid] = kept
+            self._forgotten_changed.add(state.uid)
 
     def _catch_up(self, state: PodState, out: Outputs) -> PodState:
         """The pod stepped to the watermark applied last, unless it was already."""
@@ -225,7 +233,7 @@ class PodPartition:
             if uid in self.pods
         ]
         writes += [
-            (FORGOTTEN + uid.encode(), _encode_offsets(self._forgotten.get(uid)))
+            (FORGOTTEN + uid.encode(), _encode_forgotten(self._forgotten.get(uid)))
             for uid in sorted(self._forgotten_changed)
         ]
         self._dirty.clear()
@@ -272,8 +280,8 @@ class PodPartition:
         c = self.config
         uid = item.event.uid if item.event is not None else item.usage.uid  # type: ignore[union-attr]
         gone = self._forgotten.get(uid)
-        if gone is not None and source.offset <= gone.get(source.topic, -1):
-            self.counters.duplicates += 1  # read again after a restart: applied, then forgotten
+        if gone is not None and gone.replays(source.topic, source.offset, item.usage):
+            self.counters.duplicates += 1  # read or sent again after a restart: applied, forgotten
             return
         read = self._read_at.setdefault(uid, {})
         read[source.topic] = max(read.get(source.topic, -1), source.offset)
@@ -339,5 +347,13 @@ def _read_before(read: dict[str, int], resume: dict[str, int]) -> bool:
     return all(offset < resume[topic] for topic, offset in read.items() if topic in resume)
 
 
-def _encode_offsets(offsets: dict[str, int] | None) -> bytes | None:
-    return None if offsets is None else msgspec.json.encode(offsets)
+def _expired(kept: Forgotten, resume: dict[str, int], wm: int) -> bool:
+    """Whether no input of a forgotten pod can come again: none read again by a restart
+    (`_read_before`), and its usage past the time it may be sent again."""
+    if not _read_before(kept.read, resume):
+        return False
+    return kept.attributed_until is None or wm >= kept.since + FINISHED_KEEP_MS + SENT_AGAIN_KEEP_MS
+
+
+def _encode_forgotten(kept: Forgotten | None) -> bytes | None:
+    return None if kept is None else pod_state.encode_forgotten(kept)

@@ -123,14 +123,6 @@ def test_a_backlog_gives_the_paced_records(
     assert_same(result, {k: v for k, v in paced_run.items() if not k.startswith("@")})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known bug, partly fixed: after a kill a quarter into a backlog, some runs still end "
-        "with pods short by part of one window (19 pods by 17-50 allocated GPU-seconds in 1 "
-        "of 3 runs after the fixes); RELIABILITY.md."
-    ),
-)
 def test_a_backlog_with_a_kill_a_quarter_in_gives_the_paced_records(
     scope12: NewScope, start_worker: StartWorker, history: History, paced_run: dict[str, Any]
 ) -> None:

@@ -7,8 +7,9 @@ from test_pod_processor import PODS, PREFIX, USAGE, B, S, claims, decoded, part
 
 from schemas import ATTRIBUTION, K8S_PODS, POD_USAGE
 from schemas.ids import PodUid
+from streams.core import pod_state
 from streams.processors.outputs import Counters, Outputs, Source
-from streams.processors.pod import FINISHED_KEEP_MS, FORGOTTEN, PodPartition
+from streams.processors.pod import FINISHED_KEEP_MS, FORGOTTEN, SENT_AGAIN_KEEP_MS, PodPartition
 
 OTHER = PodUid("99999999-2222-4333-8444-555555555555")
 HOUR_S = 3600
@@ -64,10 +65,43 @@ def test_a_pod_forgotten_before_a_restart_is_not_started_again_by_its_inputs_rea
     assert decoded(out2, ATTRIBUTION) == []
 
 
-def test_a_forgotten_pod_is_dropped_from_the_state_once_nothing_can_read_it_again() -> None:
+def test_usage_sent_again_after_the_pod_was_forgotten_does_not_start_it_anew() -> None:
+    """A restarted node side sends again, at new offsets, usage the pod side had applied
+    before the watermark (old claims) made it forget the pod."""
+    counters = Counters()
+    first, _, now = forgotten(counters)
+    stored = [(k, v) for k, v in first.take_writes() if v is not None]
+    again = part(counters, stored)
+    for p, offset in ((first, 7), (again, 7)):  # offset 7: past every input of the history
+        sent_again = POD_USAGE.encode(usage(B + 50 * S, B + 60 * S))
+        out2 = Outputs(PREFIX, counters)
+        p.handle(Source(USAGE, 0, offset, None), sent_again, out2)
+        later = now + 600 * S  # past the 5 minutes an unnamed pod keeps its windows
+        p.on_tick(claims(p0=later, p1=later), out2)
+        # Before: the copy started the pod anew, and its window came out again with 10 of
+        # its 60 allocated seconds, unnamed, over the complete record.
+        assert UID not in p.pods
+        assert decoded(out2, ATTRIBUTION) == []
+
+
+def test_a_forgotten_pod_stored_in_the_older_form_still_skips_what_is_read_again() -> None:
+    older = (FORGOTTEN + UID.encode(), b'{"%s":5}' % USAGE.encode())
+    p, out = part(Counters(), [older]), Outputs(PREFIX, Counters())
+    p.handle(Source(USAGE, 0, 5, None), POD_USAGE.encode(usage(B, B + 10 * S)), out)
+    assert UID not in p.pods
+    assert pod_state.decode_forgotten(older[1]) == pod_state.Forgotten(read={USAGE: 5})
+
+
+def test_a_forgotten_pod_is_dropped_from_the_state_once_nothing_can_come_again() -> None:
     p, out, _ = forgotten(Counters())
     p.take_writes()
-    far = B + 4 * HOUR_S * S  # the other pod's usage is released: nothing is held
+    # The other pod's usage is released (nothing is held), but the pod's usage could still
+    # be sent again: it is kept until the watermark is that much past its forgetting.
+    soon = B + 4 * HOUR_S * S
+    p.on_tick(claims(p0=soon, p1=soon), out)
+    assert p.resume_offsets() == {}
+    assert [key for key, _ in p.take_writes() if key.startswith(FORGOTTEN)] == []
+    far = B + 60 * S + FINISHED_KEEP_MS + SENT_AGAIN_KEEP_MS + 60 * S
     p.on_tick(claims(p0=far, p1=far), out)
     assert p.resume_offsets() == {}
     writes = p.take_writes()
