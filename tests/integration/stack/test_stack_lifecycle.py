@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 from support import free_ports, holds_within
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import manager, processes
+from gpuwatch.stack import manager, processes, prometheus
 from gpuwatch.stack.kafka import KAFKA_IMPORT_WARNING
 from gpuwatch.stack.service import ServiceStatus, StackError
 from schemas.settings import Settings
@@ -152,7 +153,9 @@ def test_up_status_down_lifecycle(isolated: Settings, messages: list[str]) -> No
         return {series["metric"]["job"] for series in body["data"]["result"]}
 
     # Every job of deploy/prometheus/prometheus.yml has an `up` series once scraped once.
-    jobs = {"gpuwatch-worker", "gpuwatch-node-agent", "gpuwatch-k8s-watcher", "prometheus"}
+    config = yaml.safe_load(prometheus.default_config().read_text(encoding="utf-8"))
+    jobs = {job["job_name"] for job in config["scrape_configs"]}
+    assert {"gpuwatch-worker", "gpuwatch-sink", "gpuwatch-sink-metrics", "prometheus"} <= jobs
     assert holds_within(lambda: jobs_up() == jobs, timeout_s=20, interval_s=0.2), jobs_up()
 
     # up again: the same processes, nothing restarted.
