@@ -92,6 +92,7 @@ class ConsumerLoop:
         self._kafka_settings = kafka_settings
         self._kafka = kafka
         self._stop = threading.Event()
+        self._assigned: set[Any] = set()
         self.kafka_errors = 0
         """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
         self.error: BaseException | None = None
@@ -104,6 +105,20 @@ class ConsumerLoop:
     def step(self, consumer: Consumer) -> None:
         """One poll and what is done with it."""
         raise NotImplementedError
+
+    def assignment_changes(self, consumer: Consumer) -> tuple[set[Any], set[Any]]:
+        """The partitions assigned since the last call, and those gone since."""
+        assigned = consumer.assignment()
+        new, gone = assigned - self._assigned, self._assigned - assigned
+        self._assigned = set(assigned)
+        return new, gone
+
+    @staticmethod
+    def offset_at(consumer: Consumer, tp: Any, since_ms: int) -> int:
+        """The first offset of `tp` with a record timestamp at or after `since_ms` (epoch
+        ms); its end when none is that recent."""
+        found = consumer.offsets_for_times({tp: since_ms}).get(tp)
+        return int(found.offset) if found is not None else consumer.end_offsets([tp])[tp]
 
     def stopping(self) -> None:
         """Ask `run` to return after the step in hand (safe from a signal handler)."""

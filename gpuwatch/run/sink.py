@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Final, Protocol
 
@@ -79,10 +79,7 @@ class SinkCollector(Collector):
             "samples_invalid": ("Node samples that did not decode", w.samples_invalid),
             "kafka_errors": ("Polls and commits Kafka refused (retried)", w.kafka_errors),
         }
-        for name, (doc, value) in counters.items():
-            counter = CounterMetricFamily(PREFIX + name, doc)
-            counter.add_metric([], value)
-            yield counter
+        yield from _counters(PREFIX, counters)
         if w.newest_sample_ms:
             lag = GaugeMetricFamily(
                 PREFIX + "lag_seconds",
@@ -162,10 +159,17 @@ class FeedCollector(Collector):
             "invalid": ("Records that did not decode (skipped)", f.invalid),
             "kafka_errors": ("Polls Kafka refused (retried)", f.kafka_errors),
         }
-        for name, (doc, value) in counters.items():
-            counter = CounterMetricFamily(PREFIX + "metrics_" + name, doc)
-            counter.add_metric([], value)
-            yield counter
+        yield from _counters(PREFIX + "metrics_", counters)
+
+
+def _counters(
+    prefix: str, figures: Mapping[str, tuple[str, float]]
+) -> Iterator[CounterMetricFamily]:
+    """A counter family, without labels, per (documentation, value) named in `figures`."""
+    for name, (doc, value) in figures.items():
+        counter = CounterMetricFamily(prefix + name, doc)
+        counter.add_metric([], value)
+        yield counter
 
 
 def _check(settings: Settings) -> None:

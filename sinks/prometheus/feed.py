@@ -78,7 +78,6 @@ class MetricsFeed(ConsumerLoop):
         self.windows_topic = GPU_WINDOWS.full_name(prefix)
         self.group = metrics_group(settings)
         self._wall = wall
-        self._known: set[Any] = set()
         self._owned: dict[Any, set[str]] = {}
         """partition -> the pod uids, GPU uuids or node names its records named."""
         self.records = 0
@@ -111,9 +110,7 @@ class MetricsFeed(ConsumerLoop):
     def _place(self, consumer: Consumer) -> set[Any]:
         """Partitions new here are read from where their state is rebuilt (those of this
         poll read again from there); partitions gone are forgotten."""
-        assigned = consumer.assignment()
-        new, gone = assigned - self._known, self._known - assigned
-        self._known = set(assigned)
+        new, gone = self.assignment_changes(consumer)
         if gone:
             self._forget(gone)
         since_ms = int((self._wall() - LOOKBACK_S) * 1000)
@@ -121,8 +118,7 @@ class MetricsFeed(ConsumerLoop):
             if tp.topic == self.lifecycle_topic:
                 offset = consumer.beginning_offsets([tp])[tp]
             else:
-                found = consumer.offsets_for_times({tp: since_ms}).get(tp)
-                offset = found.offset if found is not None else consumer.end_offsets([tp])[tp]
+                offset = self.offset_at(consumer, tp, since_ms)
             consumer.seek(tp, offset)
         return new
 

@@ -90,7 +90,6 @@ class RedisWriter(ConsumerLoop):
         }
         self._monotonic = monotonic
         self._wall = wall
-        self._known: set[Any] = set()
         self._thread: threading.Thread | None = None
         self._next_log = 0.0
         self._next_check = 0.0
@@ -212,16 +211,13 @@ class RedisWriter(ConsumerLoop):
         """Sample partitions just assigned that this group never committed, sought to
         `LIVE_LOOKBACK_S` back (the end when nothing is that recent): the partitions moved,
         whose records of this poll are dropped (read again from there)."""
-        assigned = consumer.assignment()
-        new = assigned - self._known
-        self._known = set(assigned)
+        new, _ = self.assignment_changes(consumer)
         moved: set[Any] = set()
         for tp in sorted(new):
             if tp.topic != self.samples_topic or consumer.committed(tp) is not None:
                 continue
             since_ms = int((self._wall() - LIVE_LOOKBACK_S) * 1000)
-            found = consumer.offsets_for_times({tp: since_ms}).get(tp)
-            offset = found.offset if found is not None else consumer.end_offsets([tp])[tp]
+            offset = self.offset_at(consumer, tp, since_ms)
             consumer.seek(tp, offset)
             moved.add(tp)
             log.info(
