@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from gpuwatch.bench.procs import worker_env
+from gpuwatch.kafka import KafkaError, admin, consumer
 from gpuwatch.kafka import TopicPartition as KafkaTopicPartition
-from gpuwatch.kafka import admin, consumer
 from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES
 from sinks.redis import client as redis_client
@@ -77,7 +77,12 @@ class Offsets:
         group = group or self.group
         # kafka-python warns, every call, that it cannot decode Faust's member metadata.
         logging.getLogger("kafka.admin._groups").setLevel(logging.ERROR)
-        described: dict[str, Any] = self._admin.describe_groups([group]).get(group) or {}
+        try:
+            described: dict[str, Any] = self._admin.describe_groups([group]).get(group) or {}
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            return 0  # a broker just started has no group coordinator yet: not stable either
         if described.get("group_state") != "Stable":
             return 0
         return len(described.get("members") or ())
