@@ -2,11 +2,13 @@
 
 The workers start on the empty topics; once their group is stable and they tick, the first
 one's RSS is the idle figure and every process is paused (SIGSTOP) while the fleet's pod
-events and backlog of node samples are produced. Then they resume (SIGCONT): throughput is
-what the workers' group had committed at its last commit before the end, over the time
-since the resume; CPU is each process's from /proc over the same time, and the broker's
-when its pid is known. The Redis sink, when there is one, is done once its own group has
-committed every sample and every record the workers made of them.
+events and backlog of node samples are produced. Then the workers resume (SIGCONT):
+throughput is what the workers' group had committed at its last commit before the end,
+over the time since the resume; CPU is each process's from /proc over the same time, and
+the broker's when its pid is known. The Redis sink, when there is one, stays paused until
+then (deployed, it runs on cores of its own; here it would take the workers' share of two),
+then resumes and is done once its own group has committed every sample and every record
+the workers made of them: its time and CPU are its own, from its resume.
 """
 
 from __future__ import annotations
@@ -134,29 +136,27 @@ def drain_backlog(
             asyncio.run(produce(scoped.kafka, K8S_PODS.full_name(prefix), fleet.pod_events))
             asyncio.run(produce(scoped.kafka, samples, fleet.backlog))
         finally:
-            for process in everyone:
+            for process in workers:
                 process.resume()
         resumed = time.monotonic()
-        cpu = [process.cpu_s() for process in everyone]
+        cpu = [process.cpu_s() for process in workers]
         broker_cpu = None if broker is None else proc_cpu_s(broker)
         ends = offsets.partition_ends(samples)
         total = sum(ends.values())
         say(f"{len(workers)} worker(s): working off {total} node samples")
         with CommitWatcher(scoped, samples, POLL_S) as commits:
             deadline_s = drain_deadline_s(fleet.gpu_samples)
-            if not wait_for(lambda: commits.latest() >= total, everyone, deadline_s):
+            if not wait_for(lambda: commits.latest() >= total, workers, deadline_s):
                 raise RuntimeError(f"the workers committed {commits.latest()} of {total} in time")
             workers[0].rss_mb()
         done = next(t for t, n in commits.points if n >= total)
-        used = [process.cpu_s() - before for process, before in zip(everyone, cpu, strict=True)]
+        used = [process.cpu_s() - before for process, before in zip(workers, cpu, strict=True)]
         broker_used = (
             None if broker is None or broker_cpu is None else proc_cpu_s(broker) - broker_cpu
         )
         sink_drain = None
         if sink is not None:
-            sink_drain = _sink_drain(
-                offsets, scoped, sink, samples_total=total, resumed=resumed, cpu_before=cpu[-1]
-            )
+            sink_drain = _sink_drain(offsets, scoped, sink, samples_total=total)
     finally:
         offsets.close()
     return Drain(
@@ -178,16 +178,16 @@ def _sink_drain(
     sink: SinkProcess,
     *,
     samples_total: int,
-    resumed: float,
-    cpu_before: float,
 ) -> SinkDrain:
-    """Wait until the sink's group committed every sample and every derived record so far."""
+    """Resume the sink; wait until its group committed every sample and every derived record."""
     prefix = scoped.kafka.topic_prefix
     group = redis_group(scoped)
     samples = NVML_SAMPLES.full_name(prefix)
     derived = [spec.full_name(prefix) for spec in SINK_TOPICS]
     want = {topic: offsets.ends(topic) for topic in derived}
     want[samples] = samples_total
+    sink.resume()
+    resumed, cpu_before = time.monotonic(), sink.cpu_s()
 
     def written() -> bool:
         return all(offsets.committed(topic, group) >= end for topic, end in want.items())

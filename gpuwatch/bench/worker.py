@@ -7,10 +7,11 @@ The run, on topics, an app id and a Redis database of its own (all removed after
    (`python -m gpuwatch.cli sink redis`, its own group and /metrics) start on the empty
    topics; once the worker holds its partitions its RSS is the idle figure, and both are
    paused (SIGSTOP) while the fleet's pod events and backlog of node samples are produced;
-3. throughput: both resume (SIGCONT) and work the backlog off (`gpuwatch.bench.backlog`).
-   GPU-samples per second = samples the worker's group had committed at its last commit
-   before the end, over the time since the resume; the sink's CPU is its own over the
-   same backlog, until its group has committed every sample and every derived record;
+3. throughput: the worker resumes (SIGCONT) and works the backlog off
+   (`gpuwatch.bench.backlog`). GPU-samples per second = samples the worker's group had
+   committed at its last commit before the end, over the time since the resume; then the
+   sink resumes (deployed, it has cores of its own) and its CPU is its own over the same
+   backlog, until its group has committed every sample and every derived record;
 4. latency: the fleet's next samples are sent at a steady pace while a probe reads the
    Redis hash of some GPUs (written by the sink) every 20 ms. A sample's latency is from
    its hand-over to the Kafka client to the first read of its `updated_at` (or a later
