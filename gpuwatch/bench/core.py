@@ -6,7 +6,8 @@ as the agent loop feeds them: a second of samples a batch, then a tick to each s
 the node side's `pod.usage` records to the pod side, the state written every
 `STATE_EVERY_S` of event time. Process CPU time is measured around each side's calls
 only, so the figures are the processors' cost without the Faust consumer, the producer
-or the event loop, and are repeatable on a busy machine where wall time is not.
+or the event loop, and are repeatable on a busy machine where wall time is not. The garbage
+collector is tuned as in the worker (`gpuwatch.run.memory.tune_collector`).
 
 The digests hash every record made (topic, key, value, in order) and every state write:
 equal digests from two versions of the code mean byte-identical outputs for this input.
@@ -27,6 +28,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 
 from gpuwatch.bench.fleet import Fleet, build_fleet
+from gpuwatch.run.memory import tune_collector
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import K8S_PODS, NVML_SAMPLES, POD_USAGE
@@ -186,7 +188,11 @@ def run_once(fleet: Fleet) -> CoreRun:
 def run_core(nodes: int = 100, gpus: int = 8, seconds: int = 80, runs: int = 3) -> CoreResult:
     """The fleet built once, fed `runs` times; medians, and the digests (equal every run)."""
     fleet = build_fleet(nodes, gpus, seconds, T0_MS, watch=0)
-    passes = [run_once(fleet) for _ in range(runs)]
+    restore = tune_collector()  # as the worker runs
+    try:
+        passes = [run_once(fleet) for _ in range(runs)]
+    finally:
+        restore()
     if len({(p.digest, p.state_digest) for p in passes}) != 1:
         raise RuntimeError("two passes over the same input made different outputs")
     gpu_samples = fleet.gpu_samples

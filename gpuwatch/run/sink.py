@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuwatch import kafka
-from gpuwatch.run.memory import start_trimming
+from gpuwatch.run.memory import start_trimming, tune_collector
 from gpuwatch.run.worker import WorkerStartError, check_topics
 from schemas.settings import Settings
 from sinks.consumer import KafkaClient
@@ -194,10 +194,12 @@ def _serve_while_running(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     stop_trimming = start_trimming()
+    restore_collector = tune_collector()
     try:
         runner.run()
     finally:
         stop_trimming()
+        restore_collector()
         server.shutdown()
         server.server_close()
         for sig, handler in previous.items():

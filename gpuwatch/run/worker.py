@@ -19,7 +19,7 @@ from gpuwatch.kafka import (
     ensure_topic,
     new_topic,
 )
-from gpuwatch.run.memory import start_trimming
+from gpuwatch.run.memory import start_trimming, tune_collector
 from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.tick_timer import tick_topic_name
@@ -86,6 +86,7 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
     ensure_tick_topic(settings)
     options = options or WorkerOptions()
     stop_trimming = start_trimming()
+    restore_collector = tune_collector()
     try:
         if options.datadir is None:
             # Faust wants a data directory even when every table lives in memory.
@@ -95,6 +96,7 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
         return _run(settings, options, loglevel)
     finally:
         stop_trimming()
+        restore_collector()
 
 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
