@@ -106,6 +106,9 @@ class RedisWriter(ConsumerLoop):
         """Node samples that did not decode (the worker dead-letters them with the reason)."""
         self.newest_sample_ms = 0
         """End (ts + interval) of the newest node sample whose live states Redis took."""
+        self._commit_due = False
+        """Positions past the group's commit, written to Redis: committed at the next step,
+        with or without new records, until Kafka takes the commit."""
 
     def start(self) -> None:
         """Run in a daemon thread until `stop()`."""
@@ -152,22 +155,30 @@ class RedisWriter(ConsumerLoop):
             positions[f"{tp.topic}:{tp.partition}"] = messages[-1].offset + 1
         states = self.live.take()
         if not positions and not states and not newest:
+            if self._commit_due:
+                self._commit(consumer)
             return
         if not self._write(batch, states, consumer, positions):
             self.live.put_back(states)
             return  # stopping with the batch unwritten: no commit, the next owner writes it
         self.newest_sample_ms = max(self.newest_sample_ms, newest)
-        if positions or newest:
-            try:
-                consumer.commit()
-            except self._kafka.commit_failed as exc:
-                # The group went on without this consumer (the process was held up past
-                # its session timeout): it rejoins at the next poll, and the records after
-                # the last commit are written again, equal upserts of what Redis holds.
-                self.kafka_errors += 1
-                log.warning(
-                    "redis writer: commit refused, the batch will be written again: %r", exc
-                )
+        if positions or newest or self._commit_due:
+            self._commit(consumer)
+
+    def _commit(self, consumer: Consumer) -> None:
+        """Commit the positions Redis has; a commit Kafka could not take now (a rebalance
+        in progress, the broker away) raises, and is tried again at the next step even when
+        no record comes: the group's lag would otherwise stay until the next one did."""
+        self._commit_due = True
+        try:
+            consumer.commit()
+        except self._kafka.commit_failed as exc:
+            # The group went on without this consumer (the process was held up past its
+            # session timeout): it rejoins at the next poll, and the records after the last
+            # commit are read and written again, equal upserts of what Redis holds.
+            self.kafka_errors += 1
+            log.warning("redis writer: commit refused, the batch will be written again: %r", exc)
+        self._commit_due = False
 
     def _reconcile(self, consumer: Consumer) -> None:
         """Read again what Redis lost: its stored positions behind ours (every few seconds).

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 import pytest
-from kafka.errors import CommitFailedError, KafkaConnectionError
+from kafka.errors import CommitFailedError, KafkaConnectionError, RebalanceInProgressError
 
 from gpuwatch.run import sink as sink_run
 from schemas.examples import example
@@ -273,6 +273,35 @@ def test_a_refused_commit_is_counted_and_the_writer_goes_on() -> None:
     w.step(consumer)
     assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["b"]]  # type: ignore[union-attr]
     assert (w.kafka_errors, consumer.commits, w.written) == (1, 0, 2)
+
+
+class RebalancingConsumer(FakeConsumer):
+    """Its first two commits find the group rebalancing (a retriable Kafka error)."""
+
+    def __init__(self, batches: list[list[Msg]]) -> None:
+        super().__init__(batches)
+        self.tries = 0
+
+    def commit(self) -> None:
+        self.tries += 1
+        if self.tries <= 2:
+            raise RebalanceInProgressError("the group is rebalancing")
+        super().commit()
+
+
+def test_a_commit_kafka_could_not_take_is_tried_again_though_no_record_comes() -> None:
+    redis = FakeRedis()
+    consumer = RebalancingConsumer([msgs("a")])  # then nothing more
+    w = writer(redis)
+    for _ in range(3):
+        try:
+            w.step(consumer)
+        except RebalanceInProgressError:
+            w.kafka_errors += 1  # as the loop counts and retries it
+    assert (w.kafka_errors, consumer.tries, consumer.commits, w.written) == (2, 3, 1, 1)
+    w.step(consumer)  # committed: nothing more to do
+    assert (consumer.tries, consumer.commits) == (3, 1)
+    assert len(redis.applied) == 1
 
 
 class FlakyConsumer(FakeConsumer):
