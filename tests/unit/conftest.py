@@ -26,6 +26,13 @@ def _socket_call(call: str) -> object:
     return refuse
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _font_list() -> None:
+    """matplotlib's font list, before any test: the first import on a machine builds it and
+    starts a timer thread that only logs if that takes long (the plot tests draw PNGs)."""
+    import matplotlib.font_manager  # noqa: F401
+
+
 @pytest.fixture(autouse=True)
 def _pure(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test here: no thread started, no socket bound, connected or sent from."""
