@@ -22,6 +22,7 @@ from kafka.errors import (
     CommitFailedError,
     KafkaError,
     KafkaTimeoutError,
+    RebalanceInProgressError,
     TopicAlreadyExistsError,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "KafkaProducer",
     "KafkaTimeoutError",
     "OffsetAndMetadata",
+    "RebalanceInProgressError",
     "TopicAdminError",
     "TopicPartition",
     "admin",

@@ -73,6 +73,8 @@ class KafkaClient:
     """The base of the client's errors: the broker or the group away for a while (retried)."""
     commit_failed: type[Exception]
     """A commit the group refused: it went on without this consumer (counted, written again)."""
+    rebalancing: type[Exception]
+    """A commit asked for while the consumer rejoins its group: polls finish the rejoin."""
 
 
 class ConsumerLoop:

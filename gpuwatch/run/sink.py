@@ -44,7 +44,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 KAFKA: Final = KafkaClient(
-    consumer=kafka.consumer, error=kafka.KafkaError, commit_failed=kafka.CommitFailedError
+    consumer=kafka.consumer,
+    error=kafka.KafkaError,
+    commit_failed=kafka.CommitFailedError,
+    rebalancing=kafka.RebalanceInProgressError,
 )
 """The Redis writer's Kafka client: kafka-python's consumer and errors."""
 

@@ -166,12 +166,18 @@ class RedisWriter(ConsumerLoop):
             self._commit(consumer)
 
     def _commit(self, consumer: Consumer) -> None:
-        """Commit the positions Redis has; a commit Kafka could not take now (a rebalance
-        in progress, the broker away) raises, and is tried again at the next step even when
-        no record comes: the group's lag would otherwise stay until the next one did."""
+        """Commit the positions Redis has; one Kafka cannot take now is tried again at the
+        next step even when no record comes (the group's lag would otherwise stay until the
+        next one did). While the consumer rejoins its group the commit waits, and the loop
+        polls on without pausing: its polls finish the rejoin (a pause after each refused
+        commit kept a sink resumed after its session expired rejoining for minutes). The
+        broker away raises, counted and retried by the loop."""
         self._commit_due = True
         try:
             consumer.commit()
+        except self._kafka.rebalancing:
+            log.debug("redis writer: rejoining the group, the commit waits")
+            return
         except self._kafka.commit_failed as exc:
             # The group went on without this consumer (the process was held up past its
             # session timeout): it rejoins at the next poll, and the records after the last

@@ -76,7 +76,9 @@ def _no_consumer(*args: Any, **kwargs: Any) -> Any:
 
 
 def feed(metrics: WorkerMetrics) -> MetricsFeed:
-    unused = KafkaClient(consumer=_no_consumer, error=OSError, commit_failed=OSError)
+    unused = KafkaClient(
+        consumer=_no_consumer, error=OSError, commit_failed=OSError, rebalancing=OSError
+    )
     return MetricsFeed(SETTINGS, metrics, kafka=unused, wall=lambda: NOW_S)
 
 
