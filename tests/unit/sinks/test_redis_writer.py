@@ -275,23 +275,25 @@ def test_a_refused_commit_is_counted_and_the_writer_goes_on() -> None:
     assert (w.kafka_errors, consumer.commits, w.written) == (1, 0, 2)
 
 
-class RebalancingConsumer(FakeConsumer):
-    """Its first two commits find the group rebalancing (a retriable Kafka error)."""
+class RefusedCommits(FakeConsumer):
+    """Its first commits raise the errors given, in turn; then it commits."""
 
-    def __init__(self, batches: list[list[Msg]]) -> None:
+    def __init__(self, batches: list[list[Msg]], errors: list[Exception]) -> None:
         super().__init__(batches)
+        self.errors = errors
         self.tries = 0
 
     def commit(self) -> None:
         self.tries += 1
-        if self.tries <= 2:
-            raise RebalanceInProgressError("the group is rebalancing")
+        if self.errors:
+            raise self.errors.pop(0)
         super().commit()
 
 
 def test_a_commit_during_a_rejoin_waits_and_is_tried_again_though_no_record_comes() -> None:
     redis = FakeRedis()
-    consumer = RebalancingConsumer([msgs("a")])  # then nothing more
+    rebalancing = [RebalanceInProgressError("the group is rebalancing") for _ in range(2)]
+    consumer = RefusedCommits([msgs("a")], rebalancing)  # then nothing more
     w = writer(redis)
     for _ in range(3):
         w.step(consumer)  # no error to pause on: the next poll goes on with the rejoin
@@ -301,23 +303,9 @@ def test_a_commit_during_a_rejoin_waits_and_is_tried_again_though_no_record_come
     assert len(redis.applied) == 1
 
 
-class AwayConsumer(FakeConsumer):
-    """Its first commit finds the broker away (a Kafka error the loop pauses on)."""
-
-    def __init__(self, batches: list[list[Msg]]) -> None:
-        super().__init__(batches)
-        self.tries = 0
-
-    def commit(self) -> None:
-        self.tries += 1
-        if self.tries == 1:
-            raise KafkaConnectionError("broker away")
-        super().commit()
-
-
 def test_a_commit_the_broker_was_away_for_is_tried_again_though_no_record_comes() -> None:
     redis = FakeRedis()
-    consumer = AwayConsumer([msgs("a")])
+    consumer = RefusedCommits([msgs("a")], [KafkaConnectionError("broker away")])
     w = writer(redis)
     with pytest.raises(KafkaConnectionError):
         w.step(consumer)  # the loop counts it and pauses
