@@ -193,6 +193,14 @@ def _sink_drain(
         return all(offsets.committed(topic, group) >= end for topic, end in want.items())
 
     if not wait_for(written, [sink], SINK_DEADLINE_S):
-        raise RuntimeError(f"the Redis sink did not write the backlog in {SINK_DEADLINE_S:.0f} s")
+        short = {
+            topic: f"{offsets.committed(topic, group)} of {end}"
+            for topic, end in want.items()
+            if offsets.committed(topic, group) < end
+        }
+        raise RuntimeError(
+            f"the Redis sink did not write the backlog in {SINK_DEADLINE_S:.0f} s: "
+            f"its group committed {short}"
+        )
     seconds = time.monotonic() - resumed
     return SinkDrain(seconds, sink.cpu_s() - cpu_before, sink.rss_mb(), sink.peak_mb())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -67,13 +69,19 @@ def cleanup(scoped: Settings) -> None:
 @contextmanager
 def space(settings: Settings, redis_url: str) -> Iterator[tuple[Settings, Path]]:
     """A scope with its topics created and a temporary directory for logs, Redis flushed;
-    the topics, groups and Redis emptied again at the end."""
+    the topics, groups and Redis emptied again at the end, the directory removed unless
+    the bench failed."""
     scoped = scope(settings)
     flush(redis_url)
     try:
         create(scoped)
-        with tempfile.TemporaryDirectory(prefix="gpuwatch-bench-") as tmp:
-            yield scoped, Path(tmp)
+        tmp = Path(tempfile.mkdtemp(prefix="gpuwatch-bench-"))
+        try:
+            yield scoped, tmp
+        except BaseException:
+            sys.stderr.write(f"bench: the processes' logs are kept in {tmp}\n")
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     finally:
         cleanup(scoped)
         flush(redis_url)
