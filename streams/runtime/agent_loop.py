@@ -35,8 +35,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -173,10 +173,10 @@ class AgentLoop:
         """The worker's counters."""
         return self.outputs.counters
 
-    async def run(self, stream: Any) -> None:
-        """The agent body: batches of a Faust stream until it ends."""
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            await self.process([event.message for event in events])
+    async def run(self, batches: AsyncIterable[Sequence[Received]]) -> None:
+        """The agent body: batches of messages until they end (`streams.faust.inbox`)."""
+        async for messages in batches:
+            await self.process(messages)
 
     async def process(self, messages: Sequence[Received]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
