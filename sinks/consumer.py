@@ -99,6 +99,9 @@ class ConsumerLoop:
         """Polls and commits Kafka refused (retried: a rebalance, the broker away)."""
         self.error: BaseException | None = None
         """What ended `run`, if it ended on an error."""
+        self.renewed = 0
+        """Consumers closed and made anew (`renew_consumer`)."""
+        self._renew = False
 
     def consumer_options(self) -> dict[str, Any]:
         """kafka-python's options of this loop's consumer (group, commits, fetch sizes)."""
@@ -122,6 +125,11 @@ class ConsumerLoop:
         found = consumer.offsets_for_times({tp: since_ms}).get(tp)
         return int(found.offset) if found is not None else consumer.end_offsets([tp])[tp]
 
+    def renew_consumer(self) -> None:
+        """Close the consumer after the step in hand and make a new one, which joins the
+        group afresh (one found stuck rejoining it); it reads on from the group's commits."""
+        self._renew = True
+
     def stopping(self) -> None:
         """Ask `run` to return after the step in hand (safe from a signal handler)."""
         self._stop.set()
@@ -129,14 +137,7 @@ class ConsumerLoop:
     def run(self) -> None:
         """Subscribe, then `step` until `stopping()`; `error` says what ended it."""
         try:
-            consumer = self._kafka.consumer(self._kafka_settings, **self.consumer_options())
-            # The topics' metadata before joining the group. The first assignment is made
-            # from what the client knows when it joins, and metadata that arrives during the
-            # join counts as assigned: a topic unknown then stayed unassigned until the
-            # client's next metadata change (minutes; the sink stood still).
-            for topic in self.topics:
-                consumer.partitions_for_topic(topic)
-            consumer.subscribe(self.topics)
+            consumer = self._subscribed()
         except self._kafka.error as exc:
             self.error = exc
             log.error("%s cannot start: %r", self.name, exc)
@@ -144,6 +145,12 @@ class ConsumerLoop:
         try:
             while not self._stop.is_set():
                 try:
+                    if self._renew:  # asked for by the last step; tried again if it fails
+                        consumer.close()  # closing a closed consumer does nothing
+                        self._assigned = set()
+                        consumer = self._subscribed()
+                        self._renew = False
+                        self.renewed += 1
                     self.step(consumer)
                 except self._kafka.error as exc:  # the broker or the group, for a while
                     self.kafka_errors += 1
@@ -154,3 +161,15 @@ class ConsumerLoop:
             log.exception("%s stopped", self.name)
         finally:
             consumer.close()
+
+    def _subscribed(self) -> Consumer:
+        """A new consumer, subscribed to the topics."""
+        consumer = self._kafka.consumer(self._kafka_settings, **self.consumer_options())
+        # The topics' metadata before joining the group. The first assignment is made from
+        # what the client knows when it joins, and metadata that arrives during the join
+        # counts as assigned: a topic unknown then stayed unassigned until the client's
+        # next metadata change (minutes; the sink stood still).
+        for topic in self.topics:
+            consumer.partitions_for_topic(topic)
+        consumer.subscribe(self.topics)
+        return consumer

@@ -54,6 +54,7 @@ ATTEMPT_BUDGET_S = 5.0  # one attempt's own quick retries (a Redis restart takes
 LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
 CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the group's
 LIVE_LOOKBACK_S = 300.0  # a new group's sample partitions start this far back in wall time
+REJOIN_LIMIT_S = 30.0  # commits refused as "rejoining" this long: a new consumer joins anew
 
 
 def redis_group(settings: Settings) -> str:
@@ -109,6 +110,8 @@ class RedisWriter(ConsumerLoop):
         self._commit_due = False
         """Positions past the group's commit, written to Redis: committed at the next step,
         with or without new records, until Kafka takes the commit."""
+        self._rejoining_since: float | None = None
+        """When the commits began to be refused as asked for during a rejoin."""
 
     def start(self) -> None:
         """Run in a daemon thread until `stop()`."""
@@ -176,7 +179,24 @@ class RedisWriter(ConsumerLoop):
         try:
             consumer.commit()
         except self._kafka.rebalancing:
-            log.debug("redis writer: rejoining the group, the commit waits")
+            now = self._monotonic()
+            if self._rejoining_since is None:
+                self._rejoining_since = now
+            if now - self._rejoining_since < REJOIN_LIMIT_S:
+                log.debug("redis writer: rejoining the group, the commit waits")
+                return
+            # kafka-python's consumer resumed after its session expired (a process held up,
+            # SIGSTOP) was seen never to finish rejoining: it kept fetching, never joined,
+            # and refused every commit, while the broker had dropped the group. A new
+            # consumer joins anew and reads on from the commits; what this one wrote after
+            # them is written again, equal upserts of what Redis holds.
+            self.kafka_errors += 1
+            self._rejoining_since = None
+            log.warning(
+                "redis writer: still rejoining its group after %.0f s: a new consumer joins it",
+                REJOIN_LIMIT_S,
+            )
+            self.renew_consumer()
             return
         except self._kafka.commit_failed as exc:
             # The group went on without this consumer (the process was held up past its
@@ -185,6 +205,7 @@ class RedisWriter(ConsumerLoop):
             self.kafka_errors += 1
             log.warning("redis writer: commit refused, the batch will be written again: %r", exc)
         self._commit_due = False
+        self._rejoining_since = None
 
     def _reconcile(self, consumer: Consumer) -> None:
         """Read again what Redis lost: its stored positions behind ours (every few seconds).

@@ -303,6 +303,64 @@ def test_a_commit_during_a_rejoin_waits_and_is_tried_again_though_no_record_come
     assert len(redis.applied) == 1
 
 
+class Subscribing(RefusedCommits):
+    """A consumer `run` makes: it subscribes and closes (both recorded)."""
+
+    def __init__(self, batches: list[list[Msg]], errors: list[Exception]) -> None:
+        super().__init__(batches, errors)
+        self.calls: list[str] = []
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.calls.append("subscribe")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_a_consumer_rejoining_for_too_long_is_made_anew_and_the_records_written_again() -> None:
+    # kafka-python's consumer resumed after its session expired was seen to keep fetching
+    # without ever rejoining, every commit refused as asked for during a rejoin.
+    redis = FakeRedis()
+    rejoining = [RebalanceInProgressError("the group is rebalancing") for _ in range(99)]
+    stuck = Subscribing([msgs("a")], rejoining)
+    fresh = Subscribing([msgs("a"), msgs("b")], [])
+    made = [stuck, fresh]
+    kafka = replace(sink_run.KAFKA, consumer=lambda *_, **__: made.pop(0))
+    clock = {"t": 1000.0}
+    w = RedisWriter(
+        SETTINGS,
+        LiveGpus(5.0),
+        kafka=kafka,
+        redis_sink=cast(RedisSink, redis),
+        monotonic=lambda: clock["t"],
+    )
+    real_step = w.step
+    steps: list[Subscribing] = []
+
+    def step(consumer: Any) -> None:
+        steps.append(consumer)
+        real_step(consumer)
+        if consumer is stuck:
+            clock["t"] += sink_writer.REJOIN_LIMIT_S / 4
+        elif len(steps) >= 8:
+            w.stopping()
+
+    w.step = step  # type: ignore[method-assign]
+    w.run()
+    assert w.error is None
+    # Written, then refused as rejoining for the limit (five steps): a new consumer.
+    assert steps.count(stuck) == 5
+    assert stuck.calls == ["subscribe", "close"]
+    assert (stuck.commits, w.kafka_errors, w.renewed) == (0, 1, 1)
+    # The new one joins, reads from the group's commits and writes and commits again.
+    assert fresh.calls == ["subscribe", "close"]
+    assert fresh.commits == 2
+    assert [[r.uid for r in b] for b in redis.applied] == [["a"], ["a"], ["b"]]  # type: ignore[union-attr]
+
+
 def test_a_commit_the_broker_was_away_for_is_tried_again_though_no_record_comes() -> None:
     redis = FakeRedis()
     consumer = RefusedCommits([msgs("a")], [KafkaConnectionError("broker away")])
