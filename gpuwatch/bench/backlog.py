@@ -64,6 +64,9 @@ class SinkDrain:
     cpu_s: float
     rss_mb: float
     peak_mb: float
+    kafka_errors: int | None = None
+    """Polls and commits Kafka refused the sink meanwhile, and consumers it made anew
+    (`gpuwatch_sink_kafka_errors_total`); None when its /metrics did not answer."""
 
 
 @dataclass(frozen=True)
@@ -203,4 +206,10 @@ def _sink_drain(
             f"its group committed {short}"
         )
     seconds = time.monotonic() - resumed
-    return SinkDrain(seconds, sink.cpu_s() - cpu_before, sink.rss_mb(), sink.peak_mb())
+    return SinkDrain(
+        seconds,
+        sink.cpu_s() - cpu_before,
+        sink.rss_mb(),
+        sink.peak_mb(),
+        sink.counter("gpuwatch_sink_kafka_errors_total"),
+    )

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from schemas.settings import Settings
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "WorkerProcess",
     "broker_pid",
     "free_port",
+    "metrics_counter",
     "proc_cpu_s",
     "stop_all",
     "supervised",
@@ -203,6 +206,10 @@ class SinkProcess(BenchProcess):
         )
         super().__init__("redis sink", ["sink", "redis"], env, log_path)
 
+    def counter(self, name: str) -> int | None:
+        """A counter of its /metrics (no labels), None when it does not answer or lacks it."""
+        return metrics_counter(self.metrics_port, name)
+
     def serving(self) -> bool:
         """Whether its /metrics answers (it serves once its topics are checked)."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -211,6 +218,22 @@ class SinkProcess(BenchProcess):
                 return int(response.status) == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+
+def metrics_counter(port: int, name: str) -> int | None:
+    """A sample without labels of the /metrics on a local port, as an integer; None when
+    the endpoint does not answer or has no such sample."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with _OPENER.open(url, timeout=2) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return int(sample.value)
+    return None
 
 
 def stop_all(processes: list[BenchProcess]) -> None:

@@ -57,6 +57,9 @@ class WorkerResult:
     sink_rss_mb: float
     """The sink's VmRSS once it had written the backlog."""
     sink_rss_peak_mb: float
+    sink_kafka_errors: int | None
+    """Polls and commits Kafka refused the sink over the backlog, and consumers it made
+    anew (its `gpuwatch_sink_kafka_errors_total`); None: its /metrics did not answer."""
     baseline_gpu_samples_per_s: float
     """A bare aiokafka consumer reading and decoding the same backlog."""
     baseline_cpu_us_per_gpu_sample: float
@@ -183,7 +186,8 @@ def format_worker(
             f"({r.worker_rss_idle_mb:.0f} MB idle, peak {r.worker_rss_peak_mb:.0f} MB): "
             f"{r.rss_mb_per_10k_pods:.1f} MB per 10,000 pods",
             f"  Redis sink process     {r.sink_cpu_us_per_gpu_sample:.1f} us CPU per GPU-sample "
-            f"({r.sink_cores:.2f} cores, {r.sink_drain_s:.0f} s, RSS {r.sink_rss_mb:.0f} MB); "
+            f"({r.sink_cores:.2f} cores, {r.sink_drain_s:.0f} s, RSS {r.sink_rss_mb:.0f} MB, "
+            f"Kafka errors {r.sink_kafka_errors}); "
             f"broker {_cores(r.broker_cores)}",
             f"  producer               {r.producer_cpu_us_per_gpu_sample:.1f} us CPU per "
             f"GPU-sample ({r.producer_figure})",

@@ -393,6 +393,7 @@ def _result(
         sink_drain_s=sink.seconds,
         sink_rss_mb=sink.rss_mb,
         sink_rss_peak_mb=sink.peak_mb,
+        sink_kafka_errors=sink.kafka_errors,
         baseline_gpu_samples_per_s=0.0,
         baseline_cpu_us_per_gpu_sample=0.0,
         faust_floor_gpu_samples_per_s=0.0,

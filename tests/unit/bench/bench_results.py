@@ -25,6 +25,7 @@ def worker_result(**changes: object) -> WorkerResult:
         "sink_drain_s": 5.0,
         "sink_rss_mb": 70.0,
         "sink_rss_peak_mb": 75.0,
+        "sink_kafka_errors": 0,
         "baseline_gpu_samples_per_s": 150_000.0,
         "baseline_cpu_us_per_gpu_sample": 5.0,
         "faust_floor_gpu_samples_per_s": 30_000.0,
