@@ -18,8 +18,8 @@ The run, on topics, an app id and a Redis database of its own (all removed after
    one) in Redis. Samples still not there when the wait ends count at that time, as lower
    bounds (`e2e_censored`);
 5. the worker and the sink stop; the baselines read the same backlog: a bare aiokafka
-   consumer that only decodes each sample, and the Faust floor, a Faust agent that only
-   decodes;
+   consumer that only decodes each sample, and two Faust floors, a Faust agent that only
+   decodes, its records through Faust's stream, then through an inbox as the worker's;
 6. two workers in one group on fresh topics work the same backlog off
    (`gpuwatch.bench.scale`);
 7. the idle-alert latency on a few nodes, with a private Prometheus
