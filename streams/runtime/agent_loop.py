@@ -14,8 +14,9 @@ so the events of a partition reach it in order. Per batch:
    which a batch of several partitions does not have; `hand_over` then gives it to the
    producer's client without waiting for the acks (the records of `send` wait for `flush`
    to hand them over);
-4. Faust acks the batch's events when the loop asks for the next batch, and commits the
-   acked offsets later, after flushing the producer again (its default at-least-once).
+4. the batch's records are acknowledged to Faust when the loop asks for the next batch
+   (`streams.faust.inbox`), and Faust commits the acknowledged offsets later, after
+   flushing the producer again (its default at-least-once).
 
 A crash loses at most the work after the last state write: the inputs come again from
 the positions stored with it, replays that the state already holds are skipped, and the
