@@ -243,10 +243,17 @@ async def bare_consumer(settings: Settings, topic: str, ends: Mapping[int, int])
 
 
 def faust_floor(
-    settings: Settings, redis_url: str, topic: str, ends: Mapping[int, int]
+    settings: Settings,
+    redis_url: str,
+    topic: str,
+    ends: Mapping[int, int],
+    *,
+    inbox: bool = False,
 ) -> DecodeRun:
-    """The Faust floor (`gpuwatch.bench.floor`) on `topic` until every partition's end."""
+    """A Faust floor (`gpuwatch.bench.floor`) on `topic` until every partition's end; with
+    `inbox`, the records delivered as the worker's agents get them."""
     argv = [sys.executable, "-m", "gpuwatch.bench.floor", topic, json.dumps(remaining(ends))]
+    argv += ["inbox"] if inbox else []
     done = subprocess.run(
         argv,
         env=worker_env(settings, redis_url),

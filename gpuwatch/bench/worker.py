@@ -18,8 +18,8 @@ The run, on topics, an app id and a Redis database of its own (all removed after
    one) in Redis. Samples still not there when the wait ends count at that time, as lower
    bounds (`e2e_censored`);
 5. the worker and the sink stop; the baselines read the same backlog: a bare aiokafka
-   consumer that only decodes each sample, and the Faust floor, a Faust agent that only
-   decodes;
+   consumer that only decodes each sample, and two Faust floors, a Faust agent that only
+   decodes, its records through Faust's stream, then through an inbox as the worker's;
 6. two workers in one group on fresh topics work the same backlog off
    (`gpuwatch.bench.scale`);
 7. the idle-alert latency on a few nodes, with a private Prometheus
@@ -280,20 +280,25 @@ def _one_worker(
                 redis_url=redis_url,
                 say=say,
             )
-        say("baselines: bare aiokafka consumer, Faust floor")
+        say("baselines: bare aiokafka consumer, Faust floor, inbox floor")
         samples = NVML_SAMPLES.full_name(scoped.kafka.topic_prefix)
         bare = asyncio.run(bare_consumer(scoped, samples, drain.ends))
         floor = faust_floor(scoped, redis_url, samples, drain.ends)
-    return WorkerRun(_with_baselines(run.result, bare, floor), run.latencies)
+        inbox = faust_floor(scoped, redis_url, samples, drain.ends, inbox=True)
+    return WorkerRun(_with_baselines(run.result, bare, floor, inbox), run.latencies)
 
 
-def _with_baselines(result: WorkerResult, bare: DecodeRun, floor: DecodeRun) -> WorkerResult:
+def _with_baselines(
+    result: WorkerResult, bare: DecodeRun, floor: DecodeRun, inbox: DecodeRun
+) -> WorkerResult:
     return replace(
         result,
         baseline_gpu_samples_per_s=bare.gpu_samples_per_s,
         baseline_cpu_us_per_gpu_sample=bare.cpu_us_per_gpu_sample,
         faust_floor_gpu_samples_per_s=floor.gpu_samples_per_s,
         faust_floor_cpu_us_per_gpu_sample=floor.cpu_us_per_gpu_sample,
+        inbox_floor_gpu_samples_per_s=inbox.gpu_samples_per_s,
+        inbox_floor_cpu_us_per_gpu_sample=inbox.cpu_us_per_gpu_sample,
     )
 
 
@@ -393,6 +398,8 @@ def _result(
         baseline_cpu_us_per_gpu_sample=0.0,
         faust_floor_gpu_samples_per_s=0.0,
         faust_floor_cpu_us_per_gpu_sample=0.0,
+        inbox_floor_gpu_samples_per_s=0.0,
+        inbox_floor_cpu_us_per_gpu_sample=0.0,
         paced_target_gpu_samples_per_s=config.paced_gpu_samples_per_s,
         paced_achieved_gpu_samples_per_s=paced.achieved_messages_per_s * fleet.gpus,
         paced_processed_gpu_samples_per_s=processed,

@@ -16,6 +16,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from schemas.topics import (
 from streams.core.integrals import PriceBook
 from streams.faust.batches import Batches
 from streams.faust.consumer import rewinding_consumer
+from streams.faust.inbox import Inbox, Inboxes
 from streams.faust.internals import committed_offset, use_consumer_class, use_fast_lz4
 from streams.faust.tables import FaustTable
 from streams.faust.tick_timer import OffsetProbe, TickSender, tick_topic_name
@@ -42,7 +44,13 @@ from streams.faust.worker import new_app
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Record
 from streams.processors.pod import PodConfig, PodPartition
-from streams.runtime.agent_loop import STATE_EVERY_S, AgentLoop, Make
+from streams.runtime.agent_loop import (
+    BATCH_MAX,
+    BATCH_WITHIN_S,
+    STATE_EVERY_S,
+    AgentLoop,
+    Make,
+)
 
 __all__ = [
     "SINK_TOPICS",
@@ -260,13 +268,35 @@ def build(
         flush=kafka.flush,
         inputs=(*node_inputs, *pod_inputs),
     )
+    node_inbox = Inbox("node", (*node_inputs, tick_name))
+    pod_inbox = Inbox("pod", (*pod_inputs, tick_name))
+    inboxes = Inboxes(app, (node_inbox, pod_inbox))
     inputs = frozenset((*node_inputs, *pod_inputs, tick_name))
-    use_consumer_class(app, lambda base: rewinding_consumer(base, inputs))
-    app.agent(app.topic(*node_inputs, tick_name, **_RAW), name="gpuwatch-node")(node_loop.run)
-    app.agent(app.topic(*pod_inputs, tick_name, **_RAW), name="gpuwatch-pod")(pod_loop.run)
+    use_consumer_class(app, lambda base: rewinding_consumer(base, inputs, inboxes))
+    # Faust's agents subscribe the topics and supervise the loops; the records come through
+    # the inboxes, not through the agents' streams (`streams.faust.inbox`).
+    for name, topics, agent_loop, inbox in (
+        ("gpuwatch-node", node_inbox.topics, node_loop, node_inbox),
+        ("gpuwatch-pod", pod_inbox.topics, pod_loop, pod_inbox),
+    ):
+        app.agent(app.topic(*sorted(topics), **_RAW), name=name)(
+            _agent_body(agent_loop, inboxes, inbox)
+        )
     app.timer(settings.worker.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
-    _connect_app_signals(app, live, (node_loop, pod_loop), (node_table, pod_table), probe)
+    _connect_app_signals(
+        app, live, (node_loop, pod_loop), (node_table, pod_table), probe, inboxes=inboxes
+    )
     return WorkerRuntime(app, counters, node_loop, pod_loop, ticks)
+
+
+def _agent_body(loop: AgentLoop, inboxes: Inboxes, inbox: Inbox) -> Callable[[Any], Any]:
+    """A Faust agent running `loop` on the batches of its inbox (its stream stays unread)."""
+
+    async def body(stream: Any) -> None:
+        await loop.run(inboxes.batches(inbox, BATCH_MAX, BATCH_WITHIN_S))
+
+    body.__name__ = body.__qualname__ = f"{inbox.name}_agent"
+    return body
 
 
 def _connect_app_signals(
@@ -275,6 +305,8 @@ def _connect_app_signals(
     loops: tuple[AgentLoop, AgentLoop],
     tables: tuple[FaustTable, FaustTable],
     probe: OffsetProbe,
+    *,
+    inboxes: Inboxes,
 ) -> None:
     """The app signals: partitions leaving or arriving, the app about to shut down."""
     node_loop, pod_loop = loops
@@ -285,6 +317,7 @@ def _connect_app_signals(
             pods = [u for p in gone for u in getattr(pod_loop.partitions.get(p), "pods", ())]
             nodes = [n for p in gone for n in getattr(node_loop.partitions.get(p), "nodes", ())]
             live.on_revoked(pods, nodes)
+        inboxes.clear()  # fetched before the rebalance: read again from the commits
         node_loop.forget(gone)
         pod_loop.forget(gone)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.faust.internals import replace_read_offsets, seek_to_beginning
+from streams.faust.inbox import Inboxes
+from streams.faust.internals import drain_messages, replace_read_offsets, seek_to_beginning
 
 __all__ = ["ReadOffsets", "rewinding_consumer"]
 
@@ -55,8 +56,14 @@ class ReadOffsets(dict[Any, "int | None"]):
         return super().pop(tp, *default)
 
 
-def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
+SPACE_WAIT_S = 0.5  # a full inbox is looked at again at least this often (a stop)
+
+
+def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | None = None) -> Any:
     """Faust's consumer, rewinding never-committed input partitions when it seeks back.
+
+    With `inboxes`, its fetch loop puts the records of the agents' topics into their
+    inboxes (`streams.faust.inbox`) instead of handing them to Faust's conductor one by one.
 
     Records fetched while Faust's flow is paused (a rebalance) are dropped, and Faust seeks
     back to the committed offsets to read them again; aiokafka skips that seek for a
@@ -90,5 +97,16 @@ def rewinding_consumer(base: Any, topics: frozenset[str]) -> Any:
             """
             await self.seek_wait({partition: offset})
             self.read_offsets.hold(partition, offset)
+
+        async def _drain_messages(self, fetcher: Any) -> None:
+            if inboxes is None:
+                await super()._drain_messages(fetcher)
+                return
+
+            def backlogged() -> Any:
+                full = inboxes.full()
+                return None if full is None else full.space(SPACE_WAIT_S)
+
+            await drain_messages(self, fetcher, inboxes.deliver, backlogged)
 
     return RewindingConsumer

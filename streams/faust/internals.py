@@ -8,18 +8,21 @@ an upgrade changes what it relies on.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import codec
 from aiokafka.record._crecords import default_records as c_records
+from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP
 
 __all__ = [
     "aiokafka_producer_of",
     "bound_signal_handlers",
     "committed_offset",
+    "drain_messages",
     "replace_read_offsets",
     "seek_to_beginning",
     "use_consumer_class",
@@ -49,6 +52,78 @@ def committed_offset(consumer: Any, topic: str, partition: int) -> int | None:
     """
     offset: int | None = consumer._committed_offset.get(TP(topic, partition))
     return offset
+
+
+Deliver = Callable[[Any], bool]
+"""Take a fetched record (True), or leave it to Faust's conductor (False); never waits."""
+Backlogged = Callable[[], Awaitable[None] | None]
+"""None when the agents can take more records, else something to await before they can."""
+
+YIELD_EVERY = 100  # records delivered between two returns to the event loop (Faust's)
+
+
+async def drain_messages(
+    consumer: Any, fetcher: Any, deliver: Deliver, backlogged: Backlogged
+) -> None:
+    """Faust's fetch loop (`Consumer._drain_messages`), records of the agents' own topics
+    handed to `deliver` instead of Faust's conductor.
+
+    Faust awaits `wait_first(callback(message), suspend_flow.wait())` for every record: two
+    tasks and an `asyncio.wait` each (`streams.faust.inbox` says what that cost). The rest
+    is Faust's loop as it is: records below the partition's read offset dropped and the
+    offset set to each record delivered (`Consumer._read_offset`, our `ReadOffsets`), a gap
+    in the offsets of an acknowledged topic recorded for the commit (`_add_gap`), a commit
+    every `_commit_every` acknowledgements, the fetching flag of Faust's diagnostics; a
+    record `deliver` leaves goes to the conductor as Faust sends it. Before each record the
+    loop waits while `backlogged` says so (an agent's inbox full).
+    """
+    callback = consumer.callback
+    consumer_should_stop = consumer._stopped.is_set
+    fetcher_should_stop = fetcher._stopped.is_set
+    get_read_offset = consumer._read_offset.__getitem__
+    set_read_offset = consumer._read_offset.__setitem__
+    set_flag = consumer.diag.set_flag
+    unset_flag = consumer.diag.unset_flag
+    commit_every = consumer._commit_every
+    acks_enabled_for = consumer.app.topics.acks_enabled_for
+    since_yield = 0
+    try:
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            set_flag(CONSUMER_FETCHING)
+            records = consumer.getmany(timeout=1.0)
+            await asyncio.sleep(0)  # Faust's: getmany may return at once, in a loop
+            if consumer.should_stop:
+                continue
+            async for tp, message in records:
+                since_yield += 1
+                if since_yield > YIELD_EVERY:
+                    await asyncio.sleep(0)
+                    since_yield = 0
+                offset = message.offset
+                r_offset = get_read_offset(tp)
+                if r_offset is not None and offset < r_offset:
+                    continue  # Faust drops it too: read already
+                if r_offset and offset - r_offset > 1 and acks_enabled_for(message.topic):
+                    await consumer._add_gap(tp, r_offset + 1, offset)
+                if commit_every is not None and consumer._n_acked >= commit_every:
+                    consumer._n_acked = 0
+                    await consumer.commit()
+                wait = backlogged()
+                while wait is not None and not consumer_should_stop():
+                    await wait
+                    wait = backlogged()
+                if not deliver(message):
+                    await consumer.wait_first(callback(message), consumer.suspend_flow.wait())
+                set_read_offset(tp, offset)
+            unset_flag(CONSUMER_FETCHING)
+    except consumer.consumer_stopped_errors:
+        if not consumer.transport.app.should_stop:
+            raise
+    except asyncio.CancelledError:
+        if not consumer.transport.app.should_stop:
+            raise
+    finally:
+        unset_flag(CONSUMER_FETCHING)
 
 
 def replace_read_offsets(consumer: Any, offsets: Any) -> None:

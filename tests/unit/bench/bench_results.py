@@ -30,6 +30,8 @@ def worker_result(**changes: object) -> WorkerResult:
         "baseline_cpu_us_per_gpu_sample": 5.0,
         "faust_floor_gpu_samples_per_s": 30_000.0,
         "faust_floor_cpu_us_per_gpu_sample": 28.0,
+        "inbox_floor_gpu_samples_per_s": 60_000.0,
+        "inbox_floor_cpu_us_per_gpu_sample": 15.0,
         "paced_target_gpu_samples_per_s": 4_000.0,
         "paced_achieved_gpu_samples_per_s": 3_990.0,
         "paced_processed_gpu_samples_per_s": 3_900.0,

@@ -161,6 +161,8 @@ def test_the_json_line_holds_the_figures_the_issue_asks_for() -> None:
     assert data["baseline_gpu_samples_per_s"] == 150_000.0
     assert data["ratio"] == pytest.approx(0.04)
     assert data["ratio_to_faust_floor"] == pytest.approx(0.2)
+    assert data["inbox_floor_gpu_samples_per_s"] == 60_000.0
+    assert data["ratio_to_inbox_floor"] == pytest.approx(0.1)
     assert (data["e2e_p50_ms"], data["e2e_p99_ms"]) == (600.0, 1500.0)
     assert data["worker_rss_mb"] == 166.0
     assert data["rss_mb_per_10k_pods"] == 100.0
@@ -178,6 +180,7 @@ def test_the_summary_says_what_is_met_and_marks_lower_bounds() -> None:
     text = format_worker(result(gpu_samples_per_s=45_000.0, baseline_gpu_samples_per_s=60_000.0))
     assert "target 40000: met" in text
     assert "target 0.5: met" in text
+    assert "worker/Faust floor 1.500, worker/inbox floor 0.750" in text
     # p99 1.5 s, but at 3,990 GPU-samples/s: the target is about 40,000/s.
     assert "p99 target 2000 ms at 40000/s: NOT met" in text
     late = format_worker(result(e2e_censored=3, e2e_p99_ms=9000.0, paced_kept_up=False))

@@ -86,6 +86,29 @@ def test_the_app_consumer_is_the_rewinding_subclass_of_faust_s(runtime: WorkerRu
     assert type(consumer._thread) is driver.AIOKafkaConsumerThread
 
 
+def test_faust_s_fetch_loop_has_what_the_inbox_fetch_loop_replaces_and_reads(
+    runtime: WorkerRuntime,
+) -> None:
+    # `drain_messages` is Faust's `_drain_messages` with the agents' records put into their
+    # inboxes: the loop it replaces awaits the conductor's callback in `wait_first` per
+    # record, and the consumer has every attribute the replacement reads.
+    source = inspect.getsource(driver.Consumer._drain_messages)
+    assert "await self.wait_first(" in source
+    assert "callback(message), self.suspend_flow.wait()" in source
+    consumer = runtime.app.consumer
+    assert type(consumer)._drain_messages is not driver.Consumer._drain_messages
+    for name in ("callback", "_read_offset", "_commit_every", "_n_acked", "suspend_flow", "diag"):
+        assert hasattr(consumer, name), name
+    for name in ("_add_gap", "commit", "getmany", "wait_first"):
+        assert inspect.iscoroutinefunction(getattr(consumer, name)) or inspect.isasyncgenfunction(
+            getattr(consumer, name)
+        ), name
+    assert isinstance(consumer.consumer_stopped_errors, tuple)
+    assert consumer.unacked is consumer._unacked_messages
+    assert hasattr(runtime.app, "consumer_generation_id")  # each record carries the one it came in
+    assert callable(runtime.app.flow_control.is_active)
+
+
 def test_the_consumer_thread_seeks_to_the_beginning_of_partitions() -> None:
     seek = driver.AIOKafkaConsumerThread.seek_to_beginning
     assert inspect.iscoroutinefunction(seek)
