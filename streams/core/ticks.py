@@ -101,12 +101,19 @@ class Progress:
     Before the first event of a partition is processed (after a start or a rebalance), the
     committed offset says where processing stands, and an input that was never committed
     is caught up only when it is empty (its end is its start).
+
+    That base is taken once, when it is first asked for (`expected`), and kept until the
+    partition is revoked: the group's commit moves on with what this worker acknowledges,
+    including what it holds only in memory, and a base read later would take those for
+    stored (the agent loop stores it with the state, so a restart reads from it again).
     """
 
     def __init__(self, inputs: Iterable[str], committed: Committed) -> None:
         self.inputs = tuple(inputs)
         self._committed = committed
         self._done: dict[tuple[str, int], int] = {}
+        self._base: dict[tuple[str, int], int] = {}
+        """(topic, partition) -> where reading began, for inputs none processed of yet."""
         self._pending: dict[int, deque[Tick]] = {}
 
     def processed(self, topic: str, partition: int, offset: int) -> None:
@@ -121,11 +128,17 @@ class Progress:
         After the last processed one; before any, the committed offset, or the log start
         (`start`) for an input never committed (Faust's commit 0 means the same).
         """
-        done = self._done.get((topic, partition))
+        key = (topic, partition)
+        done = self._done.get(key)
         if done is not None:
             return done + 1
-        committed = self._committed(topic, partition)
-        return committed if committed else start
+        base = self._base.get(key)
+        if base is None:
+            committed = self._committed(topic, partition)
+            base = committed if committed else start
+            if base is not None:
+                self._base[key] = base
+        return base
 
     def park(self, partition: int, tick: Tick) -> None:
         """Keep a tick until the partition's inputs reach its end offsets."""
@@ -136,14 +149,6 @@ class Progress:
         """The oldest tick a partition waits with, if any."""
         queue = self._pending.get(partition)
         return queue[0] if queue else None
-
-    def positions(self, partition: int) -> dict[str, int]:
-        """The next offset of each input of a partition, by topic (those processed so far)."""
-        return {
-            topic: self._done[(topic, partition)] + 1
-            for topic in self.inputs
-            if (topic, partition) in self._done
-        }
 
     def restore(self, partition: int, positions: dict[str, int]) -> None:
         """Take the positions stored with a partition's state as processed.
@@ -172,8 +177,9 @@ class Progress:
         gone = set(partitions)
         for partition in gone:
             self._pending.pop(partition, None)
-        for key in [key for key in self._done if key[1] in gone]:
-            del self._done[key]
+        for mapping in (self._done, self._base):
+            for key in [key for key in mapping if key[1] in gone]:
+                del mapping[key]
 
     def _reached(self, partition: int, tick: Tick) -> bool:
         for topic in self.inputs:
@@ -185,7 +191,9 @@ class Progress:
                 if done + 1 < end:
                     return False
                 continue
-            base = self._committed(topic, partition)
+            base = self._base.get((topic, partition))
+            if base is None:
+                base = self._committed(topic, partition)
             if base is None:
                 base = tick.starts.get(topic)
             if base is None or base < end:

@@ -14,8 +14,9 @@ so the events of a partition reach it in order. Per batch:
    which a batch of several partitions does not have; `hand_over` then gives it to the
    producer's client without waiting for the acks (the records of `send` wait for `flush`
    to hand them over);
-4. Faust acks the batch's events when the loop asks for the next batch, and commits the
-   acked offsets later, after flushing the producer again (its default at-least-once).
+4. the batch's records are acknowledged to Faust when the loop asks for the next batch
+   (`streams.faust.inbox`), and Faust commits the acknowledged offsets later, after
+   flushing the producer again (its default at-least-once).
 
 A crash loses at most the work after the last state write: the inputs come again from
 the positions stored with it, replays that the state already holds are skipped, and the
@@ -35,8 +36,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -173,10 +174,10 @@ class AgentLoop:
         """The worker's counters."""
         return self.outputs.counters
 
-    async def run(self, stream: Any) -> None:
-        """The agent body: batches of a Faust stream until it ends."""
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            await self.process([event.message for event in events])
+    async def run(self, batches: AsyncIterable[Sequence[Received]]) -> None:
+        """The agent body: batches of messages until they end (`streams.faust.inbox`)."""
+        async for messages in batches:
+            await self.process(messages)
 
     async def process(self, messages: Sequence[Received]) -> None:
         """One batch: process, send and flush the outputs, then store the state."""
@@ -268,7 +269,14 @@ class AgentLoop:
         for partition in sorted(self._unwritten):
             owner = self.partitions.get(partition)
             if owner is not None:
-                positions = self.progress.positions(partition)
+                # Every input gets a position, those with nothing processed yet where their
+                # reading began: the commit moves past what this worker holds only in
+                # memory, and a restart must not take it for stored (0 when that is not
+                # known yet: the log start, read again from its first offset).
+                positions = {
+                    topic: self.rewinds.expected(topic, partition) or 0
+                    for topic in self.progress.inputs
+                }
                 # Inputs a processor holds in memory (the pod side's, ahead of its
                 # watermark) are read again after a restart: the position stays at them.
                 resume = getattr(owner, "resume_offsets", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from test_stream_agent_loop import IN, Seeks, Stub, loop
 
@@ -35,3 +36,53 @@ def test_a_stored_position_behind_the_commit_reads_again_from_it() -> None:
     assert seeks.offsets == [3]
     asyncio.run(agent.process([Message(IN, 0, n, None, bytes([97 + n])) for n in (3, 4, 5)]))
     assert made[0].handled == [b"d", b"e", b"f"]
+
+
+IN2 = "t.in2"
+
+
+def test_an_input_not_processed_when_the_state_was_written_is_read_again_from_where_it_began() -> (
+    None
+):
+    # The first batch has only the first input; the state is written with its position.
+    # The second input's first five events are processed in memory, Faust acknowledges them
+    # and commits 5, and the worker dies before the next state write.
+    committed: dict[str, int] = {}
+    first, table, _ = loop(
+        [],
+        Counters(),
+        state_every_s=100.0,
+        committed=lambda t, p: committed.get(t),
+        inputs=(IN, IN2),
+    )
+    asyncio.run(first.process([Message(IN, 0, n, None, b"x") for n in range(3)]))
+    asyncio.run(first.process([Message(IN2, 0, n, None, b"y") for n in range(5)]))
+    committed.update({IN: 3, IN2: 5})
+    assert json.loads(table.data[(0, POSITIONS)]) == {IN: 3, IN2: 0}
+
+    seeks = Seeks()
+    second, _, made = loop(
+        [],
+        Counters(),
+        seek=seeks,
+        committed=lambda t, p: committed.get(t),
+        inputs=(IN, IN2),
+        table=table,  # the changelog the first one wrote
+    )
+    asyncio.run(second.process([Message(IN2, 0, 5, None, b"f")]))
+    assert seeks.sought == [(IN2, 0, 0)]
+    assert made[0].handled == []
+    asyncio.run(second.process([Message(IN2, 0, n, None, bytes([97 + n])) for n in range(6)]))
+    assert made[0].handled == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
+def test_where_an_input_began_is_kept_while_the_commit_moves_on() -> None:
+    # Nothing of the input is processed yet (its events skipped as past a gap are still
+    # acknowledged): the commit that moves on is not where the state's inputs begin.
+    committed = {IN: 2}
+    agent, _, _ = loop([], Counters(), committed=lambda t, p: committed.get(t))
+    assert agent.rewinds.expected(IN, 0) == 2
+    committed[IN] = 9
+    assert agent.rewinds.expected(IN, 0) == 2
+    agent.forget([0])
+    assert agent.rewinds.expected(IN, 0) == 9

@@ -80,8 +80,10 @@ def loop(
     start_of: Callable[[str, int], int | None] = lambda topic, partition: 0,
     load_starts: Any = None,
     committed: Callable[[str, int], int | None] = lambda topic, partition: None,
+    inputs: tuple[str, ...] = (IN,),
+    table: Table | None = None,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
-    table, made = Table(log), {}
+    table, made = table or Table(log), {}
 
     def make(partition: int, stored: list[tuple[bytes, bytes]]) -> Stub:
         made[partition] = Stub(partition, stored)
@@ -92,7 +94,7 @@ def loop(
 
     agent = AgentLoop(
         name="test",
-        inputs=(IN,),
+        inputs=inputs,
         tick_topic=TICKS,
         table=table,
         make=make,
