@@ -5,7 +5,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import EpochMs, Labels, Value
+from .fields import DEFAULT_CLUSTER, Cluster, EpochMs, Labels, Value
 from .ids import AlertFingerprint, GpuUuid, NodeName, PodUid
 
 __all__ = ["TOPIC", "Alert", "AlertName", "AlertStatus", "AlertSubject", "Severity"]
@@ -34,7 +34,7 @@ class AlertSubject(Value, frozen=True, kw_only=True):
     node: NodeName | None
 
 
-class Alert(Value, frozen=True, kw_only=True):
+class Alert(Value, frozen=True, kw_only=True, omit_defaults=True):
     """A change of an alert's status (or a refresh while it keeps firing).
 
     `fingerprint` is derived from the name and the subject only, so the firing and the
@@ -58,6 +58,7 @@ class Alert(Value, frozen=True, kw_only=True):
         float | None,
         msgspec.Meta(description="the measured value the rule tested (seconds idle, ...)"),
     ]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

@@ -6,8 +6,10 @@ import msgspec
 
 from .codec import DAY_MS, TopicSpec
 from .fields import (
+    DEFAULT_CLUSTER,
     AttributionMethod,
     Bytes,
+    Cluster,
     EpochMs,
     Labels,
     LifecycleState,
@@ -43,7 +45,7 @@ class GpuAttribution(Value, frozen=True, kw_only=True):
     method: AttributionMethod
 
 
-class Attribution(Value, frozen=True, kw_only=True):
+class Attribution(Value, frozen=True, kw_only=True, omit_defaults=True):
     """What one pod used, idled and cost on its GPUs over `[window_start, window_end)`.
 
     Identity is `(uid, window_start)`: re-processing yields the same record again, never a
@@ -76,6 +78,7 @@ class Attribution(Value, frozen=True, kw_only=True):
     cost_usd: Usd
     waste_usd: Annotated[Usd, msgspec.Meta(description="cost of the idle allocated seconds")]
     method: AttributionMethod
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

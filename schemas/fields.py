@@ -6,8 +6,10 @@ from typing import Annotated, Literal
 import msgspec
 
 __all__ = [
+    "DEFAULT_CLUSTER",
     "AttributionMethod",
     "Bytes",
+    "Cluster",
     "Count",
     "EpochMs",
     "K8sEventType",
@@ -32,6 +34,28 @@ Seconds = Annotated[float, msgspec.Meta(ge=0, description="seconds (an integral 
 Usd = Annotated[float, msgspec.Meta(ge=0, description="US dollars")]
 Pct = Annotated[float, msgspec.Meta(ge=0, le=100, description="percent, 0..100")]
 Ratio = Annotated[float, msgspec.Meta(ge=0, le=1, description="ratio, 0..1")]
+
+DEFAULT_CLUSTER = "default"
+"""The cluster of a message that names none: every message of a single-cluster set-up."""
+
+Cluster = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$",
+        description=(
+            "the cluster the message comes from (setting cluster, GPUWATCH_CLUSTER); "
+            "absent: the default cluster"
+        ),
+    ),
+]
+"""Which cluster a value belongs to, where many clusters feed one pipeline. Node names
+repeat across clusters, so a node is `(cluster, node)`; pod uids and GPU uuids are unique
+already. Letters, digits, `.`, `_` and `-`, as a Prometheus label value and a Redis key
+part take it without escaping. Values of the default cluster leave the field out
+(`omit_defaults` on each topic value), so a single-cluster set-up writes and reads exactly
+what it did before the field existed."""
 
 Labels = Annotated[
     Mapping[str, str],

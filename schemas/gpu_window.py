@@ -5,7 +5,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import Bytes, EpochMs, Pct, Ratio, Seconds, Value
+from .fields import DEFAULT_CLUSTER, Bytes, Cluster, EpochMs, Pct, Ratio, Seconds, Value
 from .ids import GpuUuid, NodeName, PodUid
 
 __all__ = ["TOPIC", "GpuWindow", "PodWindowShare"]
@@ -27,7 +27,7 @@ class PodWindowShare(Value, frozen=True, kw_only=True):
     vram_peak_bytes: Bytes
 
 
-class GpuWindow(Value, frozen=True, kw_only=True):
+class GpuWindow(Value, frozen=True, kw_only=True, omit_defaults=True):
     """One GPU (or MIG instance) over `[window_start, window_end)`.
 
     A second counts as busy when utilization is at or over the idle threshold, idle when
@@ -68,6 +68,7 @@ class GpuWindow(Value, frozen=True, kw_only=True):
         msgspec.Meta(description="1 - attributed_ratio: use no pod explains; null likewise"),
     ]
     pods: tuple[PodWindowShare, ...]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

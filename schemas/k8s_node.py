@@ -6,13 +6,13 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import Count, EpochMs, K8sEventType, Labels, Value
+from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, K8sEventType, Labels, Value
 from .ids import NodeName
 
 __all__ = ["TOPIC", "K8sNode"]
 
 
-class K8sNode(Value, frozen=True, kw_only=True):
+class K8sNode(Value, frozen=True, kw_only=True, omit_defaults=True):
     """A node as the watcher saw it after one watch event (the full state, not a diff).
 
     `ts` is when the watcher observed the event. `labels` are allow-listed: instance type,
@@ -38,6 +38,7 @@ class K8sNode(Value, frozen=True, kw_only=True):
     labels: Labels
     ready: Annotated[bool, msgspec.Meta(description="Ready condition is True")]
     unschedulable: Annotated[bool, msgspec.Meta(description="spec.unschedulable (cordoned)")]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

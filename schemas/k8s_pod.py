@@ -6,7 +6,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import Count, EpochMs, K8sEventType, Labels, Value
+from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, K8sEventType, Labels, Value
 from .ids import NodeName, PodUid
 
 __all__ = ["TOPIC", "Condition", "ContainerStatus", "K8sPod", "Owner", "PodPhase"]
@@ -46,7 +46,7 @@ class Owner(Value, frozen=True, kw_only=True):
     name: str
 
 
-class K8sPod(Value, frozen=True, kw_only=True):
+class K8sPod(Value, frozen=True, kw_only=True, omit_defaults=True):
     """A pod as the watcher saw it after one watch event (the full state, not a diff).
 
     `ts` is when the watcher observed the event (Kubernetes watch events carry no event
@@ -85,6 +85,7 @@ class K8sPod(Value, frozen=True, kw_only=True):
     queue: Annotated[
         str | None, msgspec.Meta(description="batch queue (Kueue, Volcano) when the pod has one")
     ]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

@@ -5,7 +5,17 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import Bytes, Count, EpochMs, NonNegFloat, Pct, Sharing, Value
+from .fields import (
+    DEFAULT_CLUSTER,
+    Bytes,
+    Cluster,
+    Count,
+    EpochMs,
+    NonNegFloat,
+    Pct,
+    Sharing,
+    Value,
+)
 from .ids import GpuUuid, NodeName, PodUid
 
 __all__ = ["TOPIC", "Allocation", "GpuProcess", "GpuReading", "NvmlSample"]
@@ -82,7 +92,7 @@ class Allocation(Value, frozen=True, kw_only=True):
     ]
 
 
-class NvmlSample(Value, frozen=True, kw_only=True):
+class NvmlSample(Value, frozen=True, kw_only=True, omit_defaults=True):
     """All GPUs of one node over `[ts, ts + interval_ms)`, with the kubelet's allocations.
 
     `ts` is the start of the sampled interval. `allocations` are read every tick, so a GPU
@@ -98,6 +108,7 @@ class NvmlSample(Value, frozen=True, kw_only=True):
     ]
     gpus: tuple[GpuReading, ...]
     allocations: tuple[Allocation, ...]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

@@ -5,7 +5,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import Count, EpochMs, Labels, LifecycleState, Value
+from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, Labels, LifecycleState, Value
 from .ids import NodeName, PodUid
 
 __all__ = ["TOPIC", "PodLifecycle"]
@@ -13,7 +13,7 @@ __all__ = ["TOPIC", "PodLifecycle"]
 _STATE_MS = "milliseconds spent in this state so far, including the state being left"
 
 
-class PodLifecycle(Value, frozen=True, kw_only=True):
+class PodLifecycle(Value, frozen=True, kw_only=True, omit_defaults=True):
     """One transition of a pod between queued, running, stalled and finished.
 
     `ts` is the event time the new state's condition was met (for stalled: idle since +
@@ -42,6 +42,7 @@ class PodLifecycle(Value, frozen=True, kw_only=True):
     queued_ms: Annotated[Count, msgspec.Meta(description=_STATE_MS)]
     running_ms: Annotated[Count, msgspec.Meta(description=_STATE_MS)]
     stalled_ms: Annotated[Count, msgspec.Meta(description=_STATE_MS)]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

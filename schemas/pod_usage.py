@@ -10,8 +10,10 @@ import msgspec
 
 from .codec import DAY_MS, TopicSpec
 from .fields import (
+    DEFAULT_CLUSTER,
     AttributionMethod,
     Bytes,
+    Cluster,
     Count,
     EpochMs,
     NonNegFloat,
@@ -58,7 +60,7 @@ class GpuUsage(Value, frozen=True, kw_only=True):
     method: AttributionMethod
 
 
-class PodUsage(Value, frozen=True, kw_only=True):
+class PodUsage(Value, frozen=True, kw_only=True, omit_defaults=True):
     """A pod's GPU usage over `[ts, end_ts)`, one message per pod per flush interval.
 
     Pre-aggregated so the repartition carries an order of magnitude fewer messages than
@@ -77,6 +79,7 @@ class PodUsage(Value, frozen=True, kw_only=True):
         msgspec.Meta(description="since when the pod is idle on all allocated GPUs; null if not"),
     ]
     samples: Annotated[Count, msgspec.Meta(description="node samples aggregated")]
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 TOPIC: Final = TopicSpec(

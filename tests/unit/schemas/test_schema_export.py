@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 
 from schemas import ALL_TOPICS, TopicSpec
 from schemas.export import JSON_DIR, json_schema, main, render, stale_files
+from schemas.fields import DEFAULT_CLUSTER
 
 
 def test_committed_files_equal_generated_ones() -> None:
@@ -81,5 +82,9 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
     document = json_schema(spec)
     for obj in [document, *document.get("$defs", {}).values()]:
         assert obj["description"].strip(), obj["title"]
-        # v1 has no optional fields: present-but-null is how "unknown" is said.
-        assert sorted(obj["required"]) == sorted(obj["properties"]), obj["title"]
+        # Present-but-null is how "unknown" is said; the one optional field is one added
+        # within v1, `cluster`, whose absence means the default cluster.
+        optional = sorted(set(obj["properties"]) - set(obj["required"]))
+        assert optional in ([], ["cluster"]), obj["title"]
+        if optional:
+            assert obj["properties"]["cluster"]["default"] == DEFAULT_CLUSTER
