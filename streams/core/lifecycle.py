@@ -96,7 +96,9 @@ def _move(
         from_state=before,
         to_state=to,
         reason=reason,
-        **spent,
+        queued_ms=spent["queued_ms"],
+        running_ms=spent["running_ms"],
+        stalled_ms=spent["stalled_ms"],
     )
     return state, record
 
