@@ -5,7 +5,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import DEFAULT_CLUSTER, Cluster, EpochMs, Labels, Value
+from .fields import DEFAULT_CLUSTER, Cluster, EpochMs, Labels, Value, keep_default_cluster
 from .ids import AlertFingerprint, GpuUuid, NodeName, PodUid
 
 __all__ = ["TOPIC", "Alert", "AlertName", "AlertStatus", "AlertSubject", "Severity"]
@@ -59,6 +59,9 @@ class Alert(Value, frozen=True, kw_only=True, omit_defaults=True):
         msgspec.Meta(description="the measured value the rule tested (seconds idle, ...)"),
     ]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

@@ -18,6 +18,7 @@ from .fields import (
     Sharing,
     Usd,
     Value,
+    keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
 from .k8s_pod import Owner
@@ -79,6 +80,9 @@ class Attribution(Value, frozen=True, kw_only=True, omit_defaults=True):
     waste_usd: Annotated[Usd, msgspec.Meta(description="cost of the idle allocated seconds")]
     method: AttributionMethod
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

@@ -1,7 +1,7 @@
 """Field types shared by several topics: event time, constrained numbers, labels and enums."""
 
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -22,6 +22,7 @@ __all__ = [
     "Sharing",
     "Usd",
     "Value",
+    "keep_default_cluster",
 ]
 
 EpochMs = Annotated[int, msgspec.Meta(ge=0, description="event time, epoch milliseconds")]
@@ -56,6 +57,15 @@ already. Letters, digits, `.`, `_` and `-`, as a Prometheus label value and a Re
 part take it without escaping. Values of the default cluster leave the field out
 (`omit_defaults` on each topic value), so a single-cluster set-up writes and reads exactly
 what it did before the field existed."""
+
+
+def keep_default_cluster(value: Any) -> None:
+    """`__post_init__` of the values with a `cluster`: a default cluster named as such (read
+    from a message or a setting) becomes the default itself, so it is left out when the
+    value is written (msgspec leaves out a default only when it is the very object)."""
+    if value.cluster is not DEFAULT_CLUSTER and value.cluster == DEFAULT_CLUSTER:
+        msgspec.structs.force_setattr(value, "cluster", DEFAULT_CLUSTER)
+
 
 Labels = Annotated[
     Mapping[str, str],

@@ -5,7 +5,17 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import DEFAULT_CLUSTER, Bytes, Cluster, EpochMs, Pct, Ratio, Seconds, Value
+from .fields import (
+    DEFAULT_CLUSTER,
+    Bytes,
+    Cluster,
+    EpochMs,
+    Pct,
+    Ratio,
+    Seconds,
+    Value,
+    keep_default_cluster,
+)
 from .ids import GpuUuid, NodeName, PodUid
 
 __all__ = ["TOPIC", "GpuWindow", "PodWindowShare"]
@@ -69,6 +79,9 @@ class GpuWindow(Value, frozen=True, kw_only=True, omit_defaults=True):
     ]
     pods: tuple[PodWindowShare, ...]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

@@ -6,7 +6,16 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, K8sEventType, Labels, Value
+from .fields import (
+    DEFAULT_CLUSTER,
+    Cluster,
+    Count,
+    EpochMs,
+    K8sEventType,
+    Labels,
+    Value,
+    keep_default_cluster,
+)
 from .ids import NodeName
 
 __all__ = ["TOPIC", "K8sNode"]
@@ -39,6 +48,9 @@ class K8sNode(Value, frozen=True, kw_only=True, omit_defaults=True):
     ready: Annotated[bool, msgspec.Meta(description="Ready condition is True")]
     unschedulable: Annotated[bool, msgspec.Meta(description="spec.unschedulable (cordoned)")]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

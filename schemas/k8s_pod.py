@@ -6,7 +6,16 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, K8sEventType, Labels, Value
+from .fields import (
+    DEFAULT_CLUSTER,
+    Cluster,
+    Count,
+    EpochMs,
+    K8sEventType,
+    Labels,
+    Value,
+    keep_default_cluster,
+)
 from .ids import NodeName, PodUid
 
 __all__ = ["TOPIC", "Condition", "ContainerStatus", "K8sPod", "Owner", "PodPhase"]
@@ -86,6 +95,9 @@ class K8sPod(Value, frozen=True, kw_only=True, omit_defaults=True):
         str | None, msgspec.Meta(description="batch queue (Kueue, Volcano) when the pod has one")
     ]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

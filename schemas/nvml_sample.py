@@ -15,6 +15,7 @@ from .fields import (
     Pct,
     Sharing,
     Value,
+    keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
 
@@ -109,6 +110,9 @@ class NvmlSample(Value, frozen=True, kw_only=True, omit_defaults=True):
     gpus: tuple[GpuReading, ...]
     allocations: tuple[Allocation, ...]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

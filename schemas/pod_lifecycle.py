@@ -5,7 +5,16 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from .codec import DAY_MS, TopicSpec
-from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, Labels, LifecycleState, Value
+from .fields import (
+    DEFAULT_CLUSTER,
+    Cluster,
+    Count,
+    EpochMs,
+    Labels,
+    LifecycleState,
+    Value,
+    keep_default_cluster,
+)
 from .ids import NodeName, PodUid
 
 __all__ = ["TOPIC", "PodLifecycle"]
@@ -43,6 +52,9 @@ class PodLifecycle(Value, frozen=True, kw_only=True, omit_defaults=True):
     running_ms: Annotated[Count, msgspec.Meta(description=_STATE_MS)]
     stalled_ms: Annotated[Count, msgspec.Meta(description=_STATE_MS)]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

@@ -22,6 +22,7 @@ from .fields import (
     Sharing,
     Usd,
     Value,
+    keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
 
@@ -80,6 +81,9 @@ class PodUsage(Value, frozen=True, kw_only=True, omit_defaults=True):
     ]
     samples: Annotated[Count, msgspec.Meta(description="node samples aggregated")]
     cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
 
 
 TOPIC: Final = TopicSpec(

@@ -54,3 +54,13 @@ def test_a_cluster_name_that_cannot_be_a_key_part_or_label_value_is_refused(name
     message = {**EXAMPLES[spec.schema_name], "cluster": name}
     with pytest.raises(SchemaError, match="cluster"):
         spec.decode(json.dumps(message).encode())
+
+
+@pytest.mark.parametrize("spec", CLUSTERED, ids=lambda s: s.name)
+def test_the_default_cluster_named_as_such_is_left_out_too(spec: TopicSpec[Any]) -> None:
+    message = EXAMPLES[spec.schema_name]
+    named = spec.decode(json.dumps({**message, "cluster": "default"}).encode())
+    assert json.loads(spec.encode(named)) == message
+    from_setting = "".join(["def", "ault"])  # a string equal to the default, not the same one
+    made = msgspec.structs.replace(spec.decode(json.dumps(message).encode()), cluster=from_setting)
+    assert json.loads(spec.encode(made)) == message
