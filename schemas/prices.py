@@ -1,28 +1,52 @@
-"""GPU price table: USD per GPU-hour by model, with per-node-label overrides."""
+"""GPU price table: USD per GPU-hour by model, with per-cluster and per-node-label overrides."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .fields import DEFAULT_CLUSTER
 
 UsdPerHour = Annotated[float, Field(ge=0)]
 
 
 class PriceOverride(BaseModel):
-    """Prices for the nodes that carry one label value (a reserved pool, a spot pool)."""
+    """Prices for the nodes of one cluster, or that carry one label value (a spot pool), or both.
+
+    An override names a `cluster`, a `label` with its `value`, or both (then a node must
+    match both: the spot pool of one cluster).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    label: str = Field(min_length=1)
-    """Node label name, e.g. `node.kubernetes.io/instance-type` or `karpenter.sh/capacity-type`."""
-    value: str
-    """The label value this override applies to, e.g. `spot`."""
+    label: str | None = Field(default=None, min_length=1)
+    """Node label name, e.g. `node.kubernetes.io/instance-type` or `karpenter.sh/capacity-type`;
+    None: any node of `cluster`."""
+    value: str | None = None
+    """The label value this override applies to, e.g. `spot` (given with `label`)."""
+    cluster: str | None = Field(default=None, min_length=1)
+    """The cluster whose nodes this override applies to (`default`: messages that name
+    none); None: nodes of every cluster."""
     models: dict[str, UsdPerHour] = Field(default_factory=dict)
     """Model pattern -> USD per GPU-hour on these nodes (same matching as the table)."""
     default_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     """Price of a GPU on these nodes whose model no pattern matches; None: the table's."""
+
+    @model_validator(mode="after")
+    def _names_nodes(self) -> PriceOverride:
+        if (self.label is None) != (self.value is None):
+            raise ValueError("an override's label and value are given together")
+        if self.label is None and self.cluster is None:
+            raise ValueError("an override names a cluster, a label and value, or both")
+        return self
+
+    def applies(self, node_labels: Mapping[str, str], cluster: str) -> bool:
+        """Whether the override applies to a node of `cluster` with `node_labels`."""
+        if self.cluster is not None and self.cluster != cluster:
+            return False
+        return self.label is None or node_labels.get(self.label) == self.value
 
 
 class PriceTable(BaseModel):
@@ -35,12 +59,14 @@ class PriceTable(BaseModel):
     models: dict[str, UsdPerHour] = Field(default_factory=dict)
     """Model pattern (a substring of the NVML model name) -> USD per GPU-hour."""
     overrides: tuple[PriceOverride, ...] = ()
-    """Per-node-label prices; the first override whose label matches wins."""
+    """Per-cluster and per-node-label prices; the first override that applies wins."""
 
-    def usd_per_gpu_hour(self, model: str | None, node_labels: Mapping[str, str]) -> float:
-        """The price of one GPU-hour of `model` on a node with `node_labels`."""
+    def usd_per_gpu_hour(
+        self, model: str | None, node_labels: Mapping[str, str], cluster: str = DEFAULT_CLUSTER
+    ) -> float:
+        """The price of one GPU-hour of `model` on a node of `cluster` with `node_labels`."""
         for override in self.overrides:
-            if node_labels.get(override.label) == override.value:
+            if override.applies(node_labels, cluster):
                 price = _match(override.models, model)
                 if price is not None:
                     return price

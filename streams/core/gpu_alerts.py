@@ -4,6 +4,10 @@ The worker keeps one `NodeAlertState` per node (a Table keyed by node) and calls
 per node sample and `on_watermark` per node on each stream-time tick. Alerts follow changes of
 what the state says is firing, so a replayed sample repeats none. Semantics and the choices
 made where DESIGN §4 leaves room: streams/SEMANTICS-alerts.md.
+
+A node is `(cluster, node)`. The alerts of a node of a named cluster carry the cluster
+in `cluster` and in their labels, name it in the summary and have a fingerprint of their
+own (`pod_alerts.fingerprint`); those of the default cluster are as before clusters existed.
 """
 
 from typing import Literal
@@ -11,10 +15,11 @@ from typing import Literal
 import msgspec
 
 from schemas.alert import Alert, AlertName, AlertSubject, Severity
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.settings import RuleSettings
-from streams.core.pod_alerts import fingerprint
+from streams.core.pod_alerts import fingerprint, in_cluster
 from streams.core.split import AllocationIndex, SampleView, sample_view, split_gpu
 
 __all__ = [
@@ -56,6 +61,7 @@ class NodeAlertState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """
 
     node: NodeName
+    cluster: str = DEFAULT_CLUSTER
     seq: int | None = None
     seen_until: int | None = None
     watermark: int = 0
@@ -67,14 +73,18 @@ class NodeAlertState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
 def _alert(
     name: AlertName, key: str, run: Run, ts: int, summary: str, *, value: float | None = None
 ) -> Alert:
-    """A message of `run`'s alert: firing while `run.firing`; `value` defaults to seconds in it."""
+    """A message of `run`'s alert: firing while `run.firing`; `value` defaults to seconds in it.
+
+    The cluster is the one `run.labels` name (a named cluster's runs carry it, `_labels`).
+    """
     labels = run.labels
+    cluster = labels.get("cluster", DEFAULT_CLUSTER)
     uuid = GpuUuid(labels["gpu"]) if "gpu" in labels else None
     kind: Literal["gpu", "node"] = "node" if uuid is None else "gpu"
     subject = AlertSubject(kind=kind, uid=None, uuid=uuid, node=NodeName(labels["node"]))
     return Alert(
         schema="gpuwatch.alert/v1",
-        fingerprint=fingerprint(name, kind, key),
+        fingerprint=fingerprint(name, kind, key, cluster),
         name=name,
         status="firing" if run.firing else "resolved",
         severity=SEVERITY[name],
@@ -82,9 +92,17 @@ def _alert(
         since=run.since,
         subject=subject,
         labels=labels,
-        summary=summary,
+        summary=in_cluster(summary, cluster),
         value=max(ts - run.since, 0) / _MS if value is None else value,
+        cluster=cluster,
     )
+
+
+def _labels(cluster: str, **labels: str) -> dict[str, str]:
+    """Routing labels, with `cluster` where it is a named one."""
+    if cluster != DEFAULT_CLUSTER:
+        labels["cluster"] = cluster
+    return labels
 
 
 def _idle_fired(uuid: GpuUuid, run: Run, who: list[str], idle_ms: int) -> Alert:
@@ -115,10 +133,11 @@ def _leak_alert(key: str, leak: Run, ts: int, pids: int) -> Alert:
     return _alert("GpuUnallocatedAccess", key, leak, ts, summary, value=float(pids))
 
 
-def _telemetry(node: NodeName, firing: bool, since: int, ts: int) -> Alert:
-    """A NodeTelemetryMissing message."""
+def _telemetry(state: NodeAlertState, firing: bool, since: int, ts: int) -> Alert:
+    """A NodeTelemetryMissing message of `state`'s node."""
+    node = state.node
     text = f"no NVML samples from {node} for" if firing else f"NVML samples from {node} again after"
-    run = Run(since=since, firing=firing, labels={"node": node})
+    run = Run(since=since, firing=firing, labels=_labels(state.cluster, node=node))
     return _alert("NodeTelemetryMissing", node, run, ts, f"{text} {max(ts - since, 0) // _MS} s")
 
 
@@ -134,7 +153,7 @@ def _end_idle(runs: dict[GpuUuid, Run], ts: int, why: str, keep: set[GpuUuid]) -
 def _lost(state: NodeAlertState, seen: int, due: int) -> tuple[NodeAlertState, list[Alert]]:
     """Telemetry is missing from `due` on: fire, and end the idle runs (unknown is not idle)."""
     out = _end_idle(state.idle, seen, "telemetry missing", set())
-    out.append(_telemetry(state.node, True, seen, due))
+    out.append(_telemetry(state, True, seen, due))
     return msgspec.structs.replace(state, missing=True, idle={}), out
 
 
@@ -174,9 +193,10 @@ def _holders_idle(
     return False if False in idle else None if None in idle else True
 
 
-def _gpu_labels(node: NodeName, gpu: GpuReading, who: list[str]) -> dict[str, str]:
-    """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named."""
-    labels = {"node": node, "gpu": gpu.uuid, "model": gpu.model}
+def _gpu_labels(sample: NvmlSample, gpu: GpuReading, who: list[str]) -> dict[str, str]:
+    """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named
+    (and the cluster, where it is a named one)."""
+    labels = _labels(sample.cluster, node=sample.node, gpu=gpu.uuid, model=gpu.model)
     if gpu.mig_profile is not None:
         labels["mig_profile"] = gpu.mig_profile
     if len(who) == 1:
@@ -210,7 +230,7 @@ def _idle_step(
     if run.firing or sample.ts + sample.interval_ms - run.since < idle_ms:
         return run, None
     who = sorted("/".join(index.names[uid]) for uid in holders)
-    run = Run(since=run.since, firing=True, labels=_gpu_labels(sample.node, gpu, who))
+    run = Run(since=run.since, firing=True, labels=_gpu_labels(sample, gpu, who))
     return run, _idle_fired(uuid, run, who, idle_ms)
 
 
@@ -231,7 +251,7 @@ def _leak_step(
         key = f"{gpu.uuid}/{uid}"
         leak = old.get(key)
         if leak is None:
-            labels = _gpu_labels(sample.node, gpu, [])
+            labels = _gpu_labels(sample, gpu, [])
             labels["pod_uid"] = uid
             labels["pids"] = ",".join(str(pid) for pid in sorted(found))
             if uid in index.names:  # it holds another GPU of the node, so it can be named
@@ -257,7 +277,8 @@ def on_sample(
     """
     node, ts = sample.node, sample.ts
     if state is None:
-        state = NodeAlertState(node=node)
+        named = sample.cluster != DEFAULT_CLUSTER  # the default as itself: omitted when stored
+        state = NodeAlertState(node=node, cluster=sample.cluster if named else DEFAULT_CLUSTER)
     seen = state.seen_until
     if seen is not None and ts < seen:
         return state, [], 0  # a replay, or an overlap with what was applied: nothing new
@@ -268,7 +289,7 @@ def on_sample(
         if not state.missing and ts > due:  # a gap no tick noticed (a replay of history)
             state, out = _lost(state, seen, due)
         if state.missing:
-            out.append(_telemetry(node, False, seen, ts))
+            out.append(_telemetry(state, False, seen, ts))
     if view is None:
         view = sample_view(sample)
     index, gpus = view
@@ -293,7 +314,13 @@ def on_sample(
         ]
     end = ts + sample.interval_ms
     state = NodeAlertState(
-        node=node, seq=sample.seq, seen_until=end, watermark=state.watermark, idle=idle, leaks=leaks
+        node=node,
+        cluster=state.cluster,
+        seq=sample.seq,
+        seen_until=end,
+        watermark=state.watermark,
+        idle=idle,
+        leaks=leaks,
     )
     return state, out, lost
 
@@ -307,8 +334,8 @@ def on_node_removed(state: NodeAlertState, ts: int) -> tuple[NodeAlertState, lis
     out = _end_idle(state.idle, ts, "node removed", set())
     out += [_leak_alert(key, leak, ts, 0) for key, leak in sorted(state.leaks.items())]
     if state.missing and state.seen_until is not None:
-        out.append(_telemetry(state.node, False, state.seen_until, ts))
-    return NodeAlertState(node=state.node, watermark=state.watermark), out
+        out.append(_telemetry(state, False, state.seen_until, ts))
+    return NodeAlertState(node=state.node, cluster=state.cluster, watermark=state.watermark), out
 
 
 def still_firing(
@@ -335,5 +362,5 @@ def still_firing(
         out.append(_leak_alert(key, leak, leak.since, len(leak.labels["pids"].split(","))))
     if state.missing and state.seen_until is not None:
         due = state.seen_until + telemetry_missing_after_s * _MS
-        out.append(_telemetry(state.node, True, state.seen_until, due))
+        out.append(_telemetry(state, True, state.seen_until, due))
     return out

@@ -15,6 +15,7 @@ from typing import Final
 
 import msgspec
 
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.gpu_window import GpuWindow, PodWindowShare
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
@@ -101,8 +102,9 @@ class GpuWindowAcc(msgspec.Struct, gc=False):
             acc.idle_seconds += p.idle_seconds
             acc.vram_peak_bytes = max(acc.vram_peak_bytes, p.vram_peak_bytes)
 
-    def close(self) -> GpuWindow:
-        """The `gpu.window` record of this window; pods in uid order, so replays match."""
+    def close(self, cluster: str = DEFAULT_CLUSTER) -> GpuWindow:
+        """The `gpu.window` record of this window, of a GPU of `cluster`; pods in uid order,
+        so replays match."""
         known = self.util_known_seconds
         explained = self.attributed_seconds + self.unattributed_seconds
         attributed = min(1.0, self.attributed_seconds / explained) if explained > 0 else None
@@ -124,6 +126,7 @@ class GpuWindowAcc(msgspec.Struct, gc=False):
             attributed_ratio=attributed,
             unattributed_ratio=None if attributed is None else 1.0 - attributed,
             pods=tuple(self.pods[uid].share() for uid in sorted(self.pods)),
+            cluster=cluster,
         )
 
 
@@ -134,6 +137,7 @@ class GpuWindows:
     a changelog-backed store must be written back by the caller where it wants durability.
     `closed_through` is the stream time of the last `close`; a window it closed is never
     reopened: data for it is late (`add` says so; the caller counts `late_events_total`).
+    `cluster` is the cluster of the node the windows are of (their records carry it).
     """
 
     def __init__(
@@ -142,8 +146,10 @@ class GpuWindows:
         lateness_ms: int,
         store: MutableMapping[tuple[GpuUuid, int], GpuWindowAcc] | None = None,
         closed_through: int | None = None,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         self.window_ms = window_ms
+        self.cluster = cluster
         self.lateness_ms = lateness_ms
         self.store: MutableMapping[tuple[GpuUuid, int], GpuWindowAcc] = (
             {} if store is None else store
@@ -179,7 +185,7 @@ class GpuWindows:
         out = []
         for start in closable(self._open, stream_time, self.window_ms, self.lateness_ms):
             for uuid in sorted(self._open.pop(start)):
-                out.append(self.store.pop((uuid, start)).close())
+                out.append(self.store.pop((uuid, start)).close(self.cluster))
         return out
 
     def _bucket(self, node: NodeName, gpu: GpuReading, start: int) -> GpuWindowAcc:

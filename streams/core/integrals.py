@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from schemas.fields import AttributionMethod
+from schemas.fields import DEFAULT_CLUSTER, AttributionMethod
 from schemas.ids import NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.prices import PriceTable
@@ -213,13 +213,17 @@ def scaled(gpu: GpuIntegrals, fraction: float) -> GpuIntegrals:
 
 
 class NodePrices:
-    """The prices of one set of node labels, each (model, MIG profile) looked up once."""
+    """The prices of one cluster and set of node labels; each (model, MIG profile) looked
+    up once."""
 
-    __slots__ = ("_cache", "_labels", "_table")
+    __slots__ = ("_cache", "_cluster", "_labels", "_table")
 
-    def __init__(self, table: PriceTable, labels: Mapping[str, str]) -> None:
+    def __init__(
+        self, table: PriceTable, labels: Mapping[str, str], cluster: str = DEFAULT_CLUSTER
+    ) -> None:
         self._table = table
         self._labels = dict(labels)
+        self._cluster = cluster
         self._cache: dict[tuple[str, str | None], float] = {}
 
     def usd_per_hour(self, model: str, mig_profile: str | None) -> float:
@@ -227,39 +231,47 @@ class NodePrices:
         key = (model, mig_profile)
         price = self._cache.get(key)
         if price is None:
-            price = self._table.usd_per_gpu_hour(model, self._labels)
+            price = self._table.usd_per_gpu_hour(model, self._labels, self._cluster)
             price *= _mig_fraction(model, mig_profile)
             self._cache[key] = price
         return price
 
 
 class PriceBook:
-    """Prices by node: nodes with the same labels share one `NodePrices` and its cache.
+    """Prices by node: nodes with the same cluster and labels share one `NodePrices`.
 
-    Node labels (for price overrides) change rarely and come from `k8s.nodes`: give them with
-    `set_node_labels`; a node never given is priced with no labels.
+    A node is `(cluster, node)`: node names repeat across clusters. Node labels (for price
+    overrides) change rarely and come from `k8s.nodes`: give them with `set_node_labels`;
+    a node never given is priced with no labels.
     """
 
     def __init__(self, table: PriceTable) -> None:
         self._table = table
-        self._by_labels: dict[tuple[tuple[str, str], ...], NodePrices] = {}
-        self._by_node: dict[str, NodePrices] = {}
+        self._by_labels: dict[tuple[str, tuple[tuple[str, str], ...]], NodePrices] = {}
+        self._by_cluster: dict[str, dict[str, NodePrices]] = {}
 
-    def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
-        """The labels of `node` from now on."""
-        self._by_node[node] = self._prices(tuple(sorted(labels.items())))
+    def set_node_labels(
+        self, node: str, labels: Mapping[str, str], cluster: str = DEFAULT_CLUSTER
+    ) -> None:
+        """The labels of `node` of `cluster` from now on."""
+        nodes = self._by_cluster.setdefault(cluster, {})
+        nodes[node] = self._prices(cluster, tuple(sorted(labels.items())))
 
-    def node(self, node: str) -> NodePrices:
-        """The prices in force on `node`."""
-        prices = self._by_node.get(node)
+    def node(self, node: str, cluster: str = DEFAULT_CLUSTER) -> NodePrices:
+        """The prices in force on `node` of `cluster`."""
+        nodes = self._by_cluster.get(cluster)
+        if nodes is None:
+            nodes = self._by_cluster[cluster] = {}
+        prices = nodes.get(node)
         if prices is None:
-            prices = self._by_node[node] = self._prices(())
+            prices = nodes[node] = self._prices(cluster, ())
         return prices
 
-    def _prices(self, labels: tuple[tuple[str, str], ...]) -> NodePrices:
-        prices = self._by_labels.get(labels)
+    def _prices(self, cluster: str, labels: tuple[tuple[str, str], ...]) -> NodePrices:
+        key = (cluster, labels)
+        prices = self._by_labels.get(key)
         if prices is None:
-            prices = self._by_labels[labels] = NodePrices(self._table, dict(labels))
+            prices = self._by_labels[key] = NodePrices(self._table, dict(labels), cluster)
         return prices
 
 
@@ -305,7 +317,7 @@ def integrate_sample(
     holders = view.allocations.holders
     seconds = sample.interval_ms / _MS_PER_S
     node = sample.node
-    price_of = prices.node(node).usd_per_hour
+    price_of = prices.node(node, sample.cluster).usd_per_hour
     out = []
     for gpu in view.accountable:
         held = holders.get(gpu.uuid, _NO_HOLDERS)

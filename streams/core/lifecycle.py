@@ -16,7 +16,7 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings
 from streams.core.lifecycle_reasons import CRASH_LOOP, observe
-from streams.core.pod_state import PodState, new_state
+from streams.core.pod_state import PodState, new_state, stored_cluster
 
 __all__ = ["IDLE", "on_pod_event", "on_usage", "on_watermark", "state_at"]
 
@@ -143,6 +143,7 @@ def on_pod_event(
     running = base == "running"
     state = msgspec.structs.replace(
         state,
+        cluster=stored_cluster(event.cluster),
         namespace=event.namespace,
         name=event.name,
         node=event.node if event.node is not None else state.node,
@@ -169,6 +170,7 @@ def on_usage(
         return state, []  # a replay of usage already seen
     state = msgspec.structs.replace(
         state,
+        cluster=state.cluster if state.event_ts is not None else stored_cluster(usage.cluster),
         node=state.node if state.node is not None else usage.node,
         idle_since=usage.idle_since,
         usage_until=usage.end_ts,

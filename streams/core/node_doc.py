@@ -8,6 +8,11 @@ ends; samples before it are replays and skipped, later ones are processed again 
 give the same records (at-least-once with deterministic identities). Separate table keys
 per window or per pod could be restored from different points in time, counting a
 replayed sample twice in one and not at all in another.
+
+A node is `(cluster, node)`: node names repeat across clusters. A node of the default
+cluster is stored under its name, as before clusters existed (state in changelogs still
+loads); a node of a named cluster under `cluster/node` (`node_key`): neither a node nor a
+cluster name contains `/`, so the two forms never meet.
 """
 
 from __future__ import annotations
@@ -16,13 +21,38 @@ from typing import Final
 
 import msgspec
 
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from streams.core.gpu_alerts import NodeAlertState
 from streams.core.gpu_windows import GpuWindowAcc, GpuWindows
 from streams.core.usage import PodTrack, UsageAggregator
 
-__all__ = ["NodeDoc", "NodeRuntime", "PartitionMeta", "decode_doc", "decode_meta", "encode"]
+__all__ = [
+    "NodeDoc",
+    "NodeRuntime",
+    "PartitionMeta",
+    "decode_doc",
+    "decode_meta",
+    "encode",
+    "node_key",
+    "same_cluster",
+]
+
+
+def node_key(cluster: str, node: str) -> str:
+    """A node's key among the nodes of every cluster: its name in the default cluster
+    (the key it had before clusters existed), `cluster/node` in a named one."""
+    return node if cluster == DEFAULT_CLUSTER else f"{cluster}/{node}"
+
+
+def same_cluster(cluster: str) -> str:
+    """A cluster name as the node side keeps it: the default one as `DEFAULT_CLUSTER` itself.
+
+    msgspec leaves a default out (`omit_defaults`) only where the value is the default
+    object, so a decoded `"cluster": "default"` would be written out again, field and all.
+    """
+    return DEFAULT_CLUSTER if cluster == DEFAULT_CLUSTER else cluster
 
 
 class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -30,6 +60,8 @@ class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     node: NodeName
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    cluster: str = DEFAULT_CLUSTER
+    """The node's cluster (left out for the default one, so older documents read as it)."""
     deleted: bool = False
     """A k8s.nodes DELETED was seen; the document goes once its windows are emitted."""
     seen_until: int | None = None
@@ -81,24 +113,37 @@ class NodeRuntime:
 
     def __init__(self, doc: NodeDoc, window_ms: int, lateness_ms: int, flush_ms: int) -> None:
         self.node = doc.node
+        self.cluster = cluster = same_cluster(doc.cluster)
+        self.key = node_key(cluster, doc.node)
+        """The node's key among the nodes of every cluster (`node_key`)."""
         self.labels = dict(doc.labels)
         self.deleted = doc.deleted
         self.seen_until = doc.seen_until
-        self.alert = doc.alert if doc.alert is not None else NodeAlertState(node=doc.node)
+        self.alert = (
+            doc.alert if doc.alert is not None else NodeAlertState(node=doc.node, cluster=cluster)
+        )
         self.windows = GpuWindows(
             window_ms,
             lateness_ms,
             store={(acc.uuid, acc.window_start): acc for acc in doc.windows},
             closed_through=doc.closed_through,
+            cluster=cluster,
         )
         self.usage = UsageAggregator(
-            window_ms, flush_ms, store={track.uid: track for track in doc.tracks}
+            window_ms, flush_ms, store={track.uid: track for track in doc.tracks}, cluster=cluster
         )
 
     @classmethod
-    def new(cls, node: NodeName, window_ms: int, lateness_ms: int, flush_ms: int) -> NodeRuntime:
+    def new(
+        cls,
+        node: NodeName,
+        window_ms: int,
+        lateness_ms: int,
+        flush_ms: int,
+        cluster: str = DEFAULT_CLUSTER,
+    ) -> NodeRuntime:
         """A node nothing is known of yet."""
-        return cls(NodeDoc(node=node), window_ms, lateness_ms, flush_ms)
+        return cls(NodeDoc(node=node, cluster=cluster), window_ms, lateness_ms, flush_ms)
 
     def doc(self) -> NodeDoc:
         """The document to store (windows by start and uuid, tracks by uid: replays match)."""
@@ -107,6 +152,7 @@ class NodeRuntime:
         return NodeDoc(
             node=self.node,
             labels=self.labels,
+            cluster=self.cluster,
             deleted=self.deleted,
             seen_until=self.seen_until,
             closed_through=self.windows.closed_through,

@@ -5,6 +5,10 @@ included); PodQueuedTooLong fires once a pod has been queued `queued_alert_after
 the event time that happened (queued since + the threshold, found by any message or a
 watermark tick), and resolves when it leaves queued. Alerts follow changes of the flags
 kept in `PodState`, so a repeated input repeats no alert.
+
+The alerts of a pod of a named cluster carry the cluster in `cluster` and in their labels,
+name it in the summary (`in_cluster`) and have a fingerprint of their own; those of the
+default cluster are as before clusters existed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 import msgspec
 
 from schemas.alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import AlertFingerprint
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RuleSettings
@@ -22,7 +27,7 @@ from streams.core.lifecycle import IDLE
 from streams.core.lifecycle_reasons import CRASH_LOOP
 from streams.core.pod_state import PodState
 
-__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint", "still_firing"]
+__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint", "in_cluster", "still_firing"]
 
 SEVERITY: dict[AlertName, Severity] = {
     # Warnings: both waste money or time but need a person, not a page at night.
@@ -33,32 +38,46 @@ SEVERITY: dict[AlertName, Severity] = {
 _FINGERPRINT_HEX = 16  # 64 bits: no collision among millions of live alerts
 
 
-def fingerprint(name: str, kind: str, id_: str) -> AlertFingerprint:
+def fingerprint(name: str, kind: str, id_: str, cluster: str = DEFAULT_CLUSTER) -> AlertFingerprint:
     """An alert's stable id: sha1 of `name|kind|id` (UTF-8), the first 16 hex digits.
 
     `kind` is the subject kind (pod, gpu, node) and `id_` its id (pod uid, GPU uuid, node
-    name), so the firing and the resolved message of one alert share it.
+    name), so the firing and the resolved message of one alert share it. In a named
+    cluster the id is `cluster/id`: node names repeat across clusters (and neither
+    contains `/`), so `gpu-node-1` of two clusters is two alerts.
     """
+    if cluster != DEFAULT_CLUSTER:
+        id_ = f"{cluster}/{id_}"
     digest = hashlib.sha1(f"{name}|{kind}|{id_}".encode(), usedforsecurity=False)
     return AlertFingerprint(digest.hexdigest()[:_FINGERPRINT_HEX])
 
 
+def in_cluster(summary: str, cluster: str) -> str:
+    """An alert's summary, naming the cluster where it is a named one."""
+    return summary if cluster == DEFAULT_CLUSTER else f"[cluster {cluster}] {summary}"
+
+
 def alert_labels(state: PodState) -> dict[str, str]:
-    """Routing labels of a pod's alerts: namespace, pod, team (when labelled), node (bound)."""
+    """Routing labels of a pod's alerts: namespace, pod, team (when labelled), node (bound),
+    cluster (a named one)."""
     labels = {"namespace": state.namespace, "pod": state.name}
     if "team" in state.labels:
         labels["team"] = state.labels["team"]
     if state.node is not None:
         labels["node"] = state.node
+    cluster = state.cluster_name()
+    if cluster != DEFAULT_CLUSTER:
+        labels["cluster"] = cluster
     return labels
 
 
 def _alert(
     state: PodState, name: AlertName, status: AlertStatus, *, ts: int, since: int, summary: str
 ) -> Alert:
+    cluster = state.cluster_name()
     return Alert(
         schema="gpuwatch.alert/v1",
-        fingerprint=fingerprint(name, "pod", state.uid),
+        fingerprint=fingerprint(name, "pod", state.uid, cluster),
         name=name,
         status=status,
         severity=SEVERITY[name],
@@ -66,8 +85,9 @@ def _alert(
         since=since,
         subject=AlertSubject(kind="pod", uid=state.uid, uuid=None, node=state.node),
         labels=alert_labels(state),
-        summary=summary,
+        summary=in_cluster(summary, cluster),
         value=max(ts - since, 0) / 1000,
+        cluster=cluster,
     )
 
 

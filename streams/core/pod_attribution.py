@@ -20,7 +20,7 @@ from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import WindowSettings
 from streams.core.integrals import PRECISION, least_precise
 from streams.core.lifecycle import state_at
-from streams.core.pod_state import GpuTotals, OpenWindow, PodState, new_state
+from streams.core.pod_state import GpuTotals, OpenWindow, PodState, new_state, stored_cluster
 from streams.core.windows import window_start
 
 __all__ = [
@@ -99,6 +99,7 @@ def add_usage(
         cut = stop
     state = msgspec.structs.replace(
         state,
+        cluster=state.cluster if state.event_ts is not None else stored_cluster(usage.cluster),
         node=state.node if state.node is not None else usage.node,
         windows=tuple(open_[k] for k in sorted(open_)),
         attributed_until=usage.end_ts,

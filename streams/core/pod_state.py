@@ -5,6 +5,10 @@ One `PodState` per pod uid lives in a Faust Table; every function of `lifecycle`
 never mutated). It is a msgspec Struct, so it round-trips through JSON (`to_dict` /
 `from_dict`, `encode` / `decode`) exactly; every field has a default, so a state
 written by an older worker still decodes after a field is added.
+
+Pod uids are unique across clusters, so states stay keyed by uid; a state of a named
+cluster keeps it in `cluster`, one of the default cluster leaves the field unset (so it
+is stored exactly as before clusters existed).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from schemas.fields import AttributionMethod, LifecycleState, Sharing
+from schemas.fields import DEFAULT_CLUSTER, AttributionMethod, LifecycleState, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_pod import K8sPod, Owner
 from schemas.pod_usage import PodUsage
@@ -32,6 +36,7 @@ __all__ = [
     "encode_forgotten",
     "forgotten",
     "new_state",
+    "stored_cluster",
 ]
 
 
@@ -43,6 +48,7 @@ class PodNames(TypedDict):
     pod: str
     node: NodeName | None
     labels: dict[str, str]
+    cluster: str
 
 
 class _State(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -95,6 +101,8 @@ class PodState(_State, frozen=True, kw_only=True):
 
     uid: PodUid
     # What the pod is.
+    cluster: str | msgspec.UnsetType = msgspec.UNSET
+    """A named cluster the pod is of (`stored_cluster`); unset: the default cluster."""
     namespace: str = ""
     name: str = ""
     node: NodeName | None = None
@@ -152,7 +160,13 @@ class PodState(_State, frozen=True, kw_only=True):
             "pod": self.name,
             "node": self.node,
             "labels": self.labels,
+            "cluster": self.cluster_name(),
         }
+
+    def cluster_name(self) -> str:
+        """The pod's cluster (the default one where the state names none)."""
+        cluster = self.cluster
+        return DEFAULT_CLUSTER if isinstance(cluster, msgspec.UnsetType) else cluster
 
     def to_dict(self) -> dict[str, Any]:
         """The state as JSON-ready builtins (a Faust Table value)."""
@@ -202,6 +216,11 @@ _FORGOTTEN_DECODER = msgspec.json.Decoder(Forgotten | dict[str, int])
 def new_state(uid: PodUid) -> PodState:
     """The state of a pod nothing is known of yet."""
     return PodState(uid=uid)
+
+
+def stored_cluster(cluster: str) -> str | msgspec.UnsetType:
+    """A cluster as `PodState.cluster` keeps it: unset for the default cluster."""
+    return msgspec.UNSET if cluster == DEFAULT_CLUSTER else cluster
 
 
 def encode(state: PodState) -> bytes:

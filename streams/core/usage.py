@@ -26,7 +26,7 @@ from typing import Final
 
 import msgspec
 
-from schemas.fields import AttributionMethod, Sharing
+from schemas.fields import DEFAULT_CLUSTER, AttributionMethod, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
 from schemas.pod_usage import GpuUsage, PodUsage
@@ -129,6 +129,7 @@ class UsageAggregator:
 
     `store` may be any mapping keyed by pod uid (a Faust Table in the worker); tracks are
     mutated in place. Tracks of pods silent for a whole window are forgotten by `flush`.
+    `cluster` is the cluster of the node (or nodes) the pods run on; the messages carry it.
     """
 
     def __init__(
@@ -136,9 +137,11 @@ class UsageAggregator:
         window_ms: int,
         flush_ms: int = FLUSH_MS,
         store: MutableMapping[PodUid, PodTrack] | None = None,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         if window_ms <= 0 or flush_ms <= 0:
             raise ValueError("window_ms and flush_ms must be positive")
+        self.cluster = cluster
         self.window_ms = window_ms
         self.flush_ms = flush_ms
         self.store: MutableMapping[PodUid, PodTrack] = {} if store is None else store
@@ -270,6 +273,7 @@ class UsageAggregator:
             gpus=tuple(acc.usage() for acc in pending.gpus.values()),
             idle_since=track.idle_since,
             samples=pending.samples,
+            cluster=self.cluster,
         )
 
 

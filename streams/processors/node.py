@@ -19,6 +19,10 @@ is raised to the lowest stream time of the partitions that are not idle, so that
 windows close and its silent nodes are seen missing; its next sample ends the idleness.
 With `input_end_ms` (a replay of a range) a caught-up partition is raised to the input's
 end plus twice the allowed lateness instead: the pod side then closes the range's end.
+
+A node is `(cluster, node)`: samples and node events of two clusters' same-named nodes can
+share a partition and never share state (`node_doc.node_key`: the stored key, and the key
+of `nodes`); prices, usage, windows and alerts are each node's own.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from streams.core.node_doc import (
     decode_doc,
     decode_meta,
     encode,
+    node_key,
+    same_cluster,
 )
 from streams.core.sanity import check_node, check_sample, unknown_devices
 from streams.core.split import sample_view
@@ -53,7 +59,7 @@ __all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
 
 IDLE_AFTER_MS = 60_000  # the default of GPUWATCH_SOURCE_IDLE_AFTER_S
 
-META_KEY = b""  # the partition's own document; node names are never empty
+META_KEY = b""  # the partition's own document; node keys are never empty
 
 
 @dataclass(frozen=True)
@@ -95,14 +101,15 @@ class NodePartition:
         self.partition = partition
         self.config = config
         self.counters = counters
-        self.nodes: dict[NodeName, NodeRuntime] = {}
+        self.nodes: dict[str, NodeRuntime] = {}
+        """Each node by its key (`node_key`)."""
         self.stream_time: int | None = None
         self.meta = PartitionMeta()
         """Its own progress, idleness and the node events waiting for stream time."""
         self.sources = SourceWatermarks(config.partitions)
         self._samples = NVML_SAMPLES.full_name(config.prefix)
         self._step = math.gcd(config.flush_ms, config.window_ms)
-        self._dirty: set[NodeName] = set()
+        self._dirty: set[str] = set()
         self._meta_dirty = False
         for key, raw in stored:
             if key == META_KEY:
@@ -110,9 +117,9 @@ class NodePartition:
                 self.stream_time = _later(self.stream_time, self.meta.stream_time)
                 continue
             runtime = self._runtime(decode_doc(raw))
-            self.nodes[runtime.node] = runtime
+            self.nodes[runtime.key] = runtime
             if runtime.labels:
-                config.prices.set_node_labels(runtime.node, runtime.labels)
+                config.prices.set_node_labels(runtime.node, runtime.labels, runtime.cluster)
             self.stream_time = _later(self.stream_time, runtime.windows.closed_through)
         self._close_mark = self._marks()[0]
         self._flush_mark = self._marks()[1]
@@ -175,15 +182,15 @@ class NodePartition:
     def take_writes(self) -> list[tuple[bytes, bytes | None]]:
         """Documents changed since the last call (None: delete), the partition's last."""
         writes: list[tuple[bytes, bytes | None]] = []
-        for name in sorted(self._dirty):
-            runtime = self.nodes.get(name)
+        for key in sorted(self._dirty):
+            runtime = self.nodes.get(key)
             if runtime is None:
                 continue
             if runtime.empty():
-                del self.nodes[name]
-                writes.append((name.encode(), None))
+                del self.nodes[key]
+                writes.append((key.encode(), None))
             else:
-                writes.append((name.encode(), encode(runtime.doc())))
+                writes.append((key.encode(), encode(runtime.doc())))
         self._dirty.clear()
         if self._meta_dirty:
             self.meta.stream_time = self.stream_time
@@ -195,12 +202,13 @@ class NodePartition:
         c = self.config
         return NodeRuntime(doc, c.window_ms, c.lateness_ms, c.flush_ms)
 
-    def _node(self, name: NodeName) -> NodeRuntime:
-        runtime = self.nodes.get(name)
+    def _node(self, key: str, name: NodeName, cluster: str) -> NodeRuntime:
+        """The node `name` of `cluster`, whose key is `key` (`node_key`)."""
+        runtime = self.nodes.get(key)
         if runtime is None:
             # A window the partition has closed is closed for a node first seen now too.
-            doc = NodeDoc(node=name, closed_through=self.stream_time)
-            runtime = self.nodes[name] = self._runtime(doc)
+            doc = NodeDoc(node=name, cluster=same_cluster(cluster), closed_through=self.stream_time)
+            runtime = self.nodes[key] = self._runtime(doc)
         return runtime
 
     def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
@@ -209,12 +217,13 @@ class NodePartition:
         if sample is None:
             return None
         self.counters.unknown_devices += len(unknown_devices(sample))
-        known = self.nodes.get(sample.node)
+        key = node_key(sample.cluster, sample.node)
+        known = self.nodes.get(key)
         if known is not None and known.seen_until is not None and sample.ts < known.seen_until:
             self.counters.duplicates += 1  # a redelivery: the node's state has it already
             return sample.ts
         self._release(sample.ts, out)  # node events up to the sample's time come first
-        node = self._node(sample.node)
+        node = self._node(key, sample.node, sample.cluster)
         st = self.stream_time
         frontier = (
             None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
@@ -237,7 +246,7 @@ class NodePartition:
         out.emit_all(ALERTS, alerts)
         self.counters.samples_missing += lost
         node.seen_until = sample.ts + sample.interval_ms
-        self._dirty.add(node.node)
+        self._dirty.add(key)
         meta = self.meta
         meta.covered = _later(meta.covered, node.seen_until)
         meta.longest_interval_ms = max(meta.longest_interval_ms, sample.interval_ms)
@@ -275,7 +284,7 @@ class NodePartition:
             self._apply_node_event(event, out)
 
     def _apply_node_event(self, event: K8sNode, out: Outputs) -> None:
-        node = self._node(event.node)
+        node = self._node(node_key(event.cluster, event.node), event.node, event.cluster)
         if event.type == "DELETED":
             node.alert, alerts = on_node_removed(node.alert, event.ts)
             node.deleted = True
@@ -283,8 +292,8 @@ class NodePartition:
         else:
             node.deleted = False
             node.labels = dict(event.labels)
-            self.config.prices.set_node_labels(node.node, node.labels)
-        self._dirty.add(node.node)
+            self.config.prices.set_node_labels(node.node, node.labels, node.cluster)
+        self._dirty.add(node.key)
 
     def _marks(self) -> tuple[int | None, int | None]:
         """Which window close and which flush boundary stream time has passed."""
@@ -304,7 +313,7 @@ class NodePartition:
             self._meta_dirty = True
             for node in self.nodes.values():
                 out.emit_all(GPU_WINDOWS, node.windows.close(st))
-                self._dirty.add(node.node)  # its closed_through moved: store it
+                self._dirty.add(node.key)  # its closed_through moved: store it
         if flush_mark != self._flush_mark:
             self._flush_mark = flush_mark
             self._meta_dirty = True
@@ -313,7 +322,7 @@ class NodePartition:
                 usage = node.usage.flush(st)
                 if usage or len(node.usage.store) != tracks:
                     out.emit_all(POD_USAGE, usage)
-                    self._dirty.add(node.node)
+                    self._dirty.add(node.key)
             self._watermark(st, out)
 
     def _watermark(self, st: int, out: Outputs) -> None:
@@ -326,7 +335,7 @@ class NodePartition:
             )
             if alerts:
                 out.emit_all(ALERTS, alerts)
-                self._dirty.add(node.node)
+                self._dirty.add(node.key)
 
 
 def _later(a: int | None, b: int | None) -> int | None:

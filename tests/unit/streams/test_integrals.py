@@ -188,9 +188,11 @@ def test_price_book_overrides_and_caches_per_labels() -> None:
     calls: list[tuple[str | None, dict[str, str]]] = []
 
     class Counting:
-        def usd_per_gpu_hour(self, model: str | None, labels: dict[str, str]) -> float:
+        def usd_per_gpu_hour(
+            self, model: str | None, labels: dict[str, str], cluster: str = "default"
+        ) -> float:
             calls.append((model, dict(labels)))
-            return table.usd_per_gpu_hour(model, labels)
+            return table.usd_per_gpu_hour(model, labels, cluster)
 
     book = PriceBook(Counting())  # type: ignore[arg-type]
     book.set_node_labels("spot-1", {"capacity": "spot"})
