@@ -12,11 +12,41 @@ import ssl
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from schemas.fields import DEFAULT_CLUSTER, Cluster
 from schemas.prices import BUILTIN_PRICES, PriceTable
 
 _MODEL = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+def cluster_name(value: object) -> str:
+    """`value` if it is a cluster name by the rule of `schemas.fields.Cluster`, the type
+    every message's `cluster` field has; ValueError saying what a name may hold if not."""
+    if value is None or value == "":
+        raise ValueError(f"empty; leave it unset for the cluster {DEFAULT_CLUSTER!r}")
+    try:
+        return msgspec.convert(value, Cluster)
+    except msgspec.ValidationError as exc:
+        raise ValueError(
+            f"{value!r} is not a cluster name: 1 to 63 letters, digits, '.', '_' or '-', "
+            f"starting and ending with a letter or digit ({exc})"
+        ) from exc
+
+
+class ClusterSettings(BaseModel):
+    """Which cluster the producers speak for, where many clusters feed one pipeline."""
+
+    model_config = _MODEL
+
+    name: str = DEFAULT_CLUSTER
+    """The cluster every message of the node agent and the Kubernetes watcher carries.
+    Node names repeat across clusters; give each cluster its own name. The default
+    cluster's messages leave the field out, so a single-cluster set-up sends what it
+    sent before clusters had names."""
+
+    _name = field_validator("name", mode="before")(cluster_name)
 
 
 class KafkaSettings(BaseModel):
@@ -316,6 +346,7 @@ class Settings(BaseModel):
 
     model_config = _MODEL
 
+    cluster: ClusterSettings = ClusterSettings()
     kafka: KafkaSettings = KafkaSettings()
     redis: RedisSettings = RedisSettings()
     metrics: MetricsSettings = MetricsSettings()
@@ -343,6 +374,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_STALL_AFTER_S": ("rules", "stall_after_s"),
     "GPUWATCH_QUEUED_ALERT_AFTER_S": ("rules", "queued_alert_after_s"),
     "GPUWATCH_PRICES": ("cost", "prices_file"),
+    "GPUWATCH_CLUSTER": ("cluster", "name"),
     "GPUWATCH_IDLE_ALERT_AFTER_S": ("rules", "idle_alert_after_s"),
     "GPUWATCH_TELEMETRY_MISSING_AFTER_S": ("rules", "telemetry_missing_after_s"),
     "GPUWATCH_WORKER_TICK_INTERVAL_S": ("worker", "tick_interval_s"),

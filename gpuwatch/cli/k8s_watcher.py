@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli.common import UserFacingError, daemon_logging
-from gpuwatch.cli.options import add_duration, add_int, add_verb
+from gpuwatch.cli.options import add_cluster, add_duration, add_int, add_verb, with_cluster
 from schemas.settings import Settings
 
 DESCRIPTION = (
     "List and watch Pods and Nodes (one replica, cluster-wide) and publish "
     "every change that matters as gpuwatch.k8s.pod/v1 to k8s.pods (key: pod uid) and "
-    "gpuwatch.k8s.node/v1 to k8s.nodes (key: node name). Pods: those that request a GPU "
+    "gpuwatch.k8s.node/v1 to k8s.nodes (key: node name), each naming the cluster "
+    "(--cluster, GPUWATCH_CLUSTER). Pods: those that request a GPU "
     "resource in any container or init container, plus the pods named in "
     "GPUWATCH_WATCH_EXTRA_PODS; nodes: those with GPU capacity. A watch resumes from "
     "its last resourceVersion; after 410 Gone it relists and publishes the difference "
@@ -86,6 +87,7 @@ def add_parser(verbs: Any) -> None:
         "self-metrics port (env: GPUWATCH_WATCHER_METRICS_PORT, default 9482)",
         dest="watcher_metrics_port",
     )
+    add_cluster(watcher)
     add_duration(watcher, "stop after this long (default: never)")
 
 
@@ -111,6 +113,6 @@ def _k8s_watcher(args: argparse.Namespace, settings: Settings) -> int:
     daemon_logging(args)
     options = k8s_watcher.WatcherOptions(duration_s=args.duration)
     try:
-        return k8s_watcher.run(settings, options)
+        return k8s_watcher.run(with_cluster(settings, args), options)
     except k8s_watcher.WatcherStartError as exc:
         raise UserFacingError(str(exc)) from exc

@@ -6,7 +6,14 @@ import argparse
 from typing import Any
 
 from gpuwatch.cli.common import UserFacingError, daemon_logging
-from gpuwatch.cli.options import add_duration, add_float, add_int, add_verb
+from gpuwatch.cli.options import (
+    add_cluster,
+    add_duration,
+    add_float,
+    add_int,
+    add_verb,
+    with_cluster,
+)
 from schemas.settings import Settings
 
 
@@ -20,7 +27,8 @@ def add_parser(verbs: Any) -> None:
         "Sample every GPU and MIG instance of this node through NVML on a "
         "drift-free schedule, resolve each GPU process to its pod (/proc/PID/cgroup), read "
         "which pod holds which device (kubelet PodResources socket), and publish one "
-        "gpuwatch.nvml.sample/v1 message per tick to the nvml.samples topic. Sampling "
+        "gpuwatch.nvml.sample/v1 message per tick to the nvml.samples topic, naming the "
+        "cluster (--cluster, GPUWATCH_CLUSTER). Sampling "
         "never waits for Kafka: samples wait in a bounded buffer (oldest dropped first, "
         "counted) while the broker is away. Self-metrics on GPUWATCH_AGENT_METRICS_PORT "
         "(default 9481). SIGTERM flushes and exits.",
@@ -40,6 +48,7 @@ def add_parser(verbs: Any) -> None:
         "--node", metavar="NAME", help="node name (env: GPUWATCH_NODE_NAME, default: hostname)"
     )
     add_int(agent, "--metrics-port", "PORT", "self-metrics port (default 9481)")
+    add_cluster(agent)
     agent.add_argument("--sim-gpus", type=int, default=8, metavar="N", help="sim: GPUs (8)")
     agent.add_argument(
         "--sim-model", default="h100", choices=["h100", "h200", "l40s"], help="sim: GPU model"
@@ -60,6 +69,6 @@ def _node_agent(args: argparse.Namespace, settings: Settings) -> int:
         duration_s=args.duration,
     )
     try:
-        return node_agent.run(settings, options)
+        return node_agent.run(with_cluster(settings, args), options)
     except node_agent.AgentStartError as exc:
         raise UserFacingError(str(exc)) from exc

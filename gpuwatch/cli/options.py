@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from gpuwatch.cli.common import Handler
+from schemas.settings import ClusterSettings, Settings, cluster_name
 
 
 def add_verb(
@@ -59,3 +60,31 @@ def add_scenario(parser: argparse.ArgumentParser, text: str) -> None:
 def add_speed(parser: argparse.ArgumentParser, text: str) -> None:
     """--speed FACTOR: simulated time runs FACTOR times faster than wall time."""
     add_float(parser, "--speed", text, metavar="FACTOR", default=1.0)
+
+
+def add_cluster(parser: argparse.ArgumentParser) -> None:
+    """--cluster NAME: the cluster the producers' messages name (setting cluster.name)."""
+    parser.add_argument(
+        "--cluster",
+        type=_cluster_name,
+        metavar="NAME",
+        help="the cluster every published message names, where many clusters feed one "
+        "pipeline; letters, digits, '.', '_' and '-' (env: GPUWATCH_CLUSTER, "
+        "default: default, which leaves the field out of the messages)",
+    )
+
+
+def _cluster_name(value: str) -> str:
+    try:
+        return cluster_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def with_cluster(settings: Settings, args: argparse.Namespace) -> Settings:
+    """The settings with --cluster in force where it was given: the flag overrides the
+    environment and the settings file (already checked when the arguments were parsed)."""
+    name: str | None = getattr(args, "cluster", None)
+    if name is None:
+        return settings
+    return settings.model_copy(update={"cluster": ClusterSettings(name=name)})

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuwatch.cli.common import UserFacingError, daemon_logging
 from gpuwatch.cli.options import (
+    add_cluster,
     add_duration,
     add_flag,
     add_float,
@@ -15,6 +16,7 @@ from gpuwatch.cli.options import (
     add_scenario,
     add_speed,
     add_verb,
+    with_cluster,
 )
 from schemas.settings import Settings
 
@@ -34,7 +36,9 @@ DESCRIPTION = (
     "--list shows them. The simulated node agents serve their metrics on "
     "GPUWATCH_AGENT_METRICS_PORT (9481, one `node` label per node) and the watcher on "
     "GPUWATCH_WATCHER_METRICS_PORT (9482), as the real ones do; --no-metrics turns "
-    "that off. "
+    "that off. Every message names the simulated cluster (--cluster, GPUWATCH_CLUSTER): two "
+    "simulations of one scenario with different --cluster publish the same node names "
+    "under two clusters. "
     "The topics must exist (`gpuwatch topics create`). SIGTERM or Ctrl-C stops it; a "
     "summary of what was published and where each pod ended is printed."
 )
@@ -73,6 +77,7 @@ def add_parser(verbs: Any) -> None:
         "--interval",
         "simulated seconds between samples (env: GPUWATCH_AGENT_INTERVAL_S, default 1.0)",
     )
+    add_cluster(simulate)
     add_flag(simulate, "--no-topic-check", "do not check that the topics exist before starting")
     add_flag(
         simulate,
@@ -107,7 +112,7 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
         metrics=not args.no_metrics,
     )
     try:
-        return simulate.run(settings, options)
+        return simulate.run(with_cluster(settings, args), options)
     except simulate.SimulateMetricsError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 2

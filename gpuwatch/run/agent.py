@@ -94,6 +94,7 @@ def run(settings: Settings, options: AgentOptions) -> int:
         allocations=allocations,
         publish=publisher.publish,
         interval_s=settings.agent.interval_s,
+        cluster=settings.cluster.name,
     )
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent, publisher))
@@ -113,7 +114,8 @@ def run(settings: Settings, options: AgentOptions) -> int:
         timer.daemon = True
         timer.start()
     log.info(
-        "node agent started node=%s backend=%s topic=%s interval_s=%s metrics=%s:%d",
+        "node agent started cluster=%s node=%s backend=%s topic=%s interval_s=%s metrics=%s:%d",
+        settings.cluster.name,
         node,
         options.backend,
         topic,

@@ -75,6 +75,7 @@ class WatcherService:
             settings.watcher,
             emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
             emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
+            cluster=settings.cluster.name,
         )
         self.registry = CollectorRegistry()
         self.registry.register(
@@ -130,8 +131,9 @@ def run(settings: Settings, options: WatcherOptions) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     watcher = settings.watcher
     log.info(
-        "k8s watcher started api=%s namespaces=%s selector=%s gpu_resources=%s "
+        "k8s watcher started cluster=%s api=%s namespaces=%s selector=%s gpu_resources=%s "
         "gpu_prefixes=%s topics=%s,%s metrics=%s:%d",
+        settings.cluster.name,
         service.api.host,
         ",".join(watcher.namespaces) or "*",
         watcher.label_selector or "-",

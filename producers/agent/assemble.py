@@ -8,7 +8,7 @@ from typing import Final
 
 from producers.agent.readings import DeviceAllocation, DeviceReading, PodRef, ReadResult
 from producers.podresources.devices import is_replicated, normalise_device_id
-from schemas.fields import Sharing
+from schemas.fields import DEFAULT_CLUSTER, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 
@@ -74,8 +74,10 @@ def assemble_sample(
     resolve: Resolve,
     allocations: tuple[DeviceAllocation, ...] | None,
     sharing: SharingConfig | None = None,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> NvmlSample:
-    """One node sample. `allocations` None (kubelet unreachable) publishes an empty list."""
+    """One node sample of `cluster`. `allocations` None (kubelet unreachable) publishes an
+    empty list."""
     raw = allocations or ()
     allocated = normalise_allocations(raw)
     replicated = is_replicated(raw)
@@ -97,6 +99,7 @@ def assemble_sample(
         seq=seq,
         gpus=gpus,
         allocations=allocated,
+        cluster=cluster,
     )
 
 

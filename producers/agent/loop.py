@@ -11,6 +11,7 @@ from typing import Protocol
 
 from producers.agent.assemble import SharingConfig, assemble_sample
 from producers.agent.readings import AllocationSource, GpuReader, PodResolver
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.nvml_sample import NvmlSample
 from schemas.topics import NVML_SAMPLES
 
@@ -64,7 +65,8 @@ class NodeAgent:
     A sample covers the interval since the previous tick: `ts` is that tick's wall time
     and `interval_ms` the time since, so consecutive samples tile time without gaps or
     overlaps. After a stall longer than two intervals the sample claims only the
-    nominal interval before now, not the whole gap.
+    nominal interval before now, not the whole gap. Every sample names `cluster` (the
+    default cluster's leave the field out on the wire).
     """
 
     def __init__(
@@ -78,8 +80,10 @@ class NodeAgent:
         interval_s: float,
         sharing: SharingConfig | None = None,
         clock: Clock | None = None,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         self.node = node
+        self.cluster = cluster
         self.interval_s = interval_s
         self.stats = AgentStats()
         self._reader = reader
@@ -122,6 +126,7 @@ class NodeAgent:
             resolve=self._resolver.resolve,
             allocations=allocations,
             sharing=self._sharing,
+            cluster=self.cluster,
         )
         value = NVML_SAMPLES.encode(sample)
         self._publish(self._key, value)

@@ -25,6 +25,7 @@ from producers.k8s.objects import (
     parse_time,
 )
 from producers.k8s.selection import GpuResources, effective_request
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import NodeName, PodUid
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import Condition, ContainerStatus, K8sPod, Owner, PodPhase
@@ -62,10 +63,12 @@ Stamps = frozenset[tuple[str, int]]
 
 @dataclass(frozen=True)
 class PodRules:
-    """What a pod value carries: which resources are GPUs, which labels are copied."""
+    """What a pod value carries: which resources are GPUs, which labels are copied, which
+    cluster it names."""
 
     gpus: GpuResources
     label_allowlist: tuple[str, ...] = ()
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class NodeRules:
 
     gpus: GpuResources
     label_allowlist: tuple[str, ...] = ()
+    cluster: str = DEFAULT_CLUSTER
 
 
 def _meta(obj: Pod | Node) -> ObjectMeta:
@@ -208,6 +212,7 @@ def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
         owner=owner,
         priority_class=spec.get("priorityClassName") or None,
         queue=queue or None,
+        cluster=rules.cluster,
     )
 
 
@@ -265,6 +270,7 @@ def normalise_node(node: Node, rules: NodeRules) -> K8sNode:
         labels=_allowed(labels, rules.label_allowlist),
         ready=ready.get("status") == "True",
         unschedulable=bool(spec.get("unschedulable")),
+        cluster=rules.cluster,
     )
 
 

@@ -15,6 +15,7 @@ from producers.k8s.objects import MalformedObject, OwnerReference, decode_owner
 from producers.k8s.owners import Lookup, LookupFailed, OwnerResolver, controller_of
 from producers.k8s.selection import GpuResources, NodeSelection, PodSelection
 from producers.k8s.watching import FULL_RESYNC_S, Backoff, Watch, wall_ms
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
 from schemas.settings import WatcherSettings
@@ -39,7 +40,8 @@ def api_lookup(api: KubeApi) -> Lookup:
 
 
 class K8sWatcher:
-    """Every watch the settings ask for. `start` runs them, `stop` ends them."""
+    """Every watch the settings ask for. `start` runs them, `stop` ends them. Every value
+    published names `cluster`."""
 
     def __init__(
         self,
@@ -53,15 +55,18 @@ class K8sWatcher:
         watch_timeout_s: int | None = None,
         full_resync_s: float | None = FULL_RESYNC_S,
         resolve_owners: bool = True,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
         pods = PodKind(
-            PodRules(gpus, settings.pod_label_allowlist),
+            PodRules(gpus, settings.pod_label_allowlist, cluster),
             PodSelection(gpus, frozenset(settings.extra_pods)),
             self.owners,
         )
-        nodes = NodeKind(NodeRules(gpus, settings.node_label_allowlist), NodeSelection(gpus))
+        nodes = NodeKind(
+            NodeRules(gpus, settings.node_label_allowlist, cluster), NodeSelection(gpus)
+        )
         options: dict[str, Any] = {
             "api": api,
             "watch_timeout_s": watch_timeout_s or settings.watch_timeout_s,

@@ -33,6 +33,7 @@ from producers.simulate.gpus import (
 )
 from producers.simulate.scenario import Scenario, Span, Workload
 from producers.simulate.topology import GPU_RESOURCE, Device, NodeLayout, layout, mig_resource
+from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = [
     "Change",
@@ -281,9 +282,20 @@ class _NodeState:
 class Cluster:
     """The scenario's cluster; `advance` moves it forward in simulated time."""
 
-    def __init__(self, scenario: Scenario, nodes: tuple[NodeLayout, ...] | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        nodes: tuple[NodeLayout, ...] | None = None,
+        *,
+        cluster: str = DEFAULT_CLUSTER,
+    ) -> None:
         self.scenario = scenario
-        self.layouts = nodes if nodes is not None else layout(scenario)
+        self.layouts = nodes if nodes is not None else layout(scenario, cluster)
+        self._uid_seed = (
+            str(scenario.seed) if cluster == DEFAULT_CLUSTER else f"{cluster}/{scenario.seed}"
+        )
+        """What pod uids are drawn from: a named cluster's pods have uids of their own, as
+        real ones do, while their names and everything else follow the scenario."""
         self.now = float("-inf")
         """Everything before this simulated time has been applied."""
         self.pods: dict[str, PodRun] = {}
@@ -359,7 +371,9 @@ class Cluster:
 
     def _spec(self, w: Workload, index: int, generation: int, created: float | None) -> PodSpec:
         rng = random.Random(f"{self.scenario.seed}/{w.name}/{index}/{generation}")
-        uid = str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
+        uid_rng = random.Random(f"{self._uid_seed}/{w.name}/{index}/{generation}")
+        uid = str(uuidlib.UUID(int=uid_rng.getrandbits(128), version=4))
+        rng.getrandbits(128)  # the draws after the uid stay those of the default cluster
         start = _draw(w.start_s, rng, whole=True)
         labels = {"team": w.team, "project": w.project, "app.kubernetes.io/name": w.name}
         return PodSpec(

@@ -19,6 +19,7 @@ from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.kube.cluster import KubeMirror
 from producers.simulate.nodes import NodeFleet
 from producers.simulate.scenario import Fault, Scenario
+from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = ["SimClock", "Simulation", "faults_due"]
 
@@ -73,13 +74,15 @@ class Simulation:
         publish_for: Callable[[str], Publish],
         interval_s: float,
         clock: SimClock,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
-        """`publish_for(node)`: the publish function of that node's agent's samples."""
+        """`publish_for(node)`: the publish function of that node's agent's samples, which
+        name `cluster`."""
         self.scenario = scenario
         self.interval_s = interval_s
         self.clock = clock
         epoch = clock.epoch
-        self.cluster = Cluster(scenario)
+        self.cluster = Cluster(scenario, cluster=cluster)
         self.mirror = KubeMirror(api, epoch)
         self.fleet = NodeFleet(
             self.cluster.layouts,
@@ -88,6 +91,7 @@ class Simulation:
             epoch=epoch,
             interval_s=interval_s,
             publish_for=publish_for,
+            cluster=cluster,
         )
         self.ticks = 0
         self.samples = 0

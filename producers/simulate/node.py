@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from producers.agent.readings import DeviceAllocation, PodRef
 from producers.simulate.gpus import GPU_MODELS, SimGpu, SimReader, SimWorkload, WorkloadKind
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid
 
 GIB = 1 << 30
@@ -80,9 +81,11 @@ class SimPods:
         )
 
 
-def sim_gpu_uuid(node: str, index: int) -> str:
-    """A stable, realistic GPU uuid for a simulated node's device."""
-    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/gpu/{index}"))
+def sim_gpu_uuid(node: str, index: int, cluster: str = DEFAULT_CLUSTER) -> str:
+    """A stable, realistic GPU uuid for a simulated node's device; a named cluster's differ
+    from the default's (real uuids are unique across clusters, node names are not)."""
+    where = node if cluster == DEFAULT_CLUSTER else f"{cluster}/{node}"
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{where}/gpu/{index}"))
 
 
 def simple_node(

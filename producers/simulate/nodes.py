@@ -22,6 +22,7 @@ from producers.simulate.cluster import (
 )
 from producers.simulate.gpus import SimReader, SimWorkload
 from producers.simulate.topology import NodeLayout
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid
 
 __all__ = ["NodeFleet", "PodTable", "SimNode"]
@@ -97,8 +98,10 @@ class NodeFleet:
         epoch: float,
         interval_s: float,
         publish_for: Callable[[str], Publish],
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
-        """`publish_for(node)`: the publish function of that node's agent."""
+        """`publish_for(node)`: the publish function of that node's agent; every agent's
+        samples name `cluster`."""
         self.epoch = epoch
         self.nodes: dict[str, SimNode] = {}
         self._specs: dict[str, PodSpec] = {}
@@ -117,6 +120,7 @@ class NodeFleet:
                 interval_s=interval_s,
                 sharing=sharing,
                 clock=clock,
+                cluster=cluster,
             )
             self.nodes[layout.name] = SimNode(layout, reader, table, agent)
 

@@ -5,7 +5,8 @@ and the real publishing path (Publisher, outbox, KafkaSender) to the three topic
 Every node has its own Publisher (buffer and counters) over one Kafka client and one sender
 thread, and one watcher serves every namespace, so a fleet of hundreds of GPUs costs one
 process a fraction of a core at 1 Hz. With `serve_metrics`, the agents' and the watcher's
-self-metrics are served on their settings' ports, as the real processes serve them.
+self-metrics are served on their settings' ports, as the real processes serve them. Every
+message names the settings' cluster (`cluster.name`), as the real producers' do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TypeVar
 import msgspec
 
 from producers.agent.publisher import MessageSender, Publisher
+from producers.k8s.api import KubeApi
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
@@ -150,6 +152,7 @@ class SimulationService:
             publish_for=self.samples.publish_for,
             interval_s=settings.agent.interval_s,
             clock=clock,
+            cluster=settings.cluster.name,
         )
         leaking = tuple(
             f"{spec.namespace}/{spec.name}"
@@ -202,13 +205,7 @@ class SimulationService:
         for publisher in self.publishers.values():
             publisher.start()
         self._kube = KubernetesApi.for_host(self.api.url)
-        self.watcher = K8sWatcher(
-            self._kube,
-            self._watcher_settings,
-            emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
-            emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
-            now_ms=self.simulation.clock.now_ms,
-        )
+        self.watcher = self.watcher_over(self._kube)
         if "watcher" in self.endpoints:
             self.endpoints["watcher"].registry.register(
                 WatcherCollector(self.watcher.watches, self.watcher.owners.stats, self.publishers)
@@ -220,6 +217,19 @@ class SimulationService:
             stop.wait(0.02)
         if not self.watcher.synced and not stop.is_set():
             log.warning("watcher not synced after %.0f s, simulating anyway", SYNC_TIMEOUT_S)
+
+    def watcher_over(self, api: KubeApi) -> K8sWatcher:
+        """The real watcher over `api` (in `start`, the in-process API server's client): one
+        cluster-wide watch, event time from the simulation's clock, every message naming
+        the settings' cluster, published to the watcher's publishers."""
+        return K8sWatcher(
+            api,
+            self._watcher_settings,
+            emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
+            emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
+            now_ms=self.simulation.clock.now_ms,
+            cluster=self.settings.cluster.name,
+        )
 
     def _drained(self) -> bool:
         """Whether the watcher has seen every change written to the API server."""
@@ -333,7 +343,9 @@ def run_simulation(
         serve_metrics=serve_metrics,
     )
     log.info(
-        "simulation starting scenario=%s seed=%d nodes=%d speed=%g interval_s=%g topics=%s*",
+        "simulation starting cluster=%s scenario=%s seed=%d nodes=%d speed=%g interval_s=%g "
+        "topics=%s*",
+        settings.cluster.name,
         scenario.name,
         scenario.seed,
         len(service.simulation.cluster.layouts),

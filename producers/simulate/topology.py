@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from producers.simulate.gpus import GPU_MODELS, SimGpu
 from producers.simulate.node import sim_gpu_uuid
 from producers.simulate.scenario import NodePool, Scenario, mig_instance_bytes, node_names
+from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = ["GPU_RESOURCE", "Device", "NodeLayout", "layout", "mig_resource"]
 
@@ -75,21 +76,22 @@ class NodeLayout:
         return sum(1 for gpu in self.gpus if gpu.parent_uuid is None)
 
 
-def _mig_uuid(node: str, gpu: int, instance: int) -> str:
-    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/gpu/{gpu}/mig/{instance}"))
+def _mig_uuid(node: str, gpu: int, instance: int, cluster: str) -> str:
+    where = node if cluster == DEFAULT_CLUSTER else f"{cluster}/{node}"
+    return "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{where}/gpu/{gpu}/mig/{instance}"))
 
 
-def _node(pool: NodePool, name: str) -> NodeLayout:
+def _node(pool: NodePool, name: str, cluster: str) -> NodeLayout:
     gpus: list[SimGpu] = []
     devices: list[Device] = []
     replicas = pool.replicas or 1
     for i in range(pool.gpus_per_node):
-        gpu = SimGpu.preset(pool.model, sim_gpu_uuid(name, i), i)
+        gpu = SimGpu.preset(pool.model, sim_gpu_uuid(name, i, cluster), i)
         gpus.append(gpu)
         if pool.sharing == "mig":
             for j, profile in enumerate(pool.mig_profiles):
                 instance = SimGpu(
-                    uuid=_mig_uuid(name, i, j),
+                    uuid=_mig_uuid(name, i, j, cluster),
                     index=i,
                     model=gpu.model,
                     mem_total_bytes=mig_instance_bytes(profile),
@@ -116,6 +118,7 @@ def _node(pool: NodePool, name: str) -> NodeLayout:
     )
 
 
-def layout(scenario: Scenario) -> tuple[NodeLayout, ...]:
-    """Every node of the scenario, pool by pool, in name order within a pool."""
-    return tuple(_node(pool, name) for pool in scenario.nodes for name in node_names(pool))
+def layout(scenario: Scenario, cluster: str = DEFAULT_CLUSTER) -> tuple[NodeLayout, ...]:
+    """Every node of the scenario, pool by pool, in name order within a pool; the GPU uuids
+    of a named cluster's nodes are its own."""
+    return tuple(_node(pool, name, cluster) for pool in scenario.nodes for name in node_names(pool))

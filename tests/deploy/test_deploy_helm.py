@@ -15,15 +15,17 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import kubernetes_validate
+import msgspec
 import pytest
 import yaml
 from support import run_command
 
 from gpuwatch.cli import build_parser
 from gpuwatch.config import load_settings
+from schemas.fields import Cluster
 from schemas.settings import ENV_VARS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +51,7 @@ JOBS = {
 # The components that consume Kafka without pricing anything: no price table, no Redis
 # but for the Redis sink.
 SINKS = {"sink-redis", "sink-metrics"}
+PRODUCERS = {"node-agent", "k8s-watcher"}
 
 Object = dict[str, Any]
 
@@ -390,16 +393,27 @@ def test_the_metrics_sink_needs_kafka_alone(tls: list[Object]) -> None:
         (["--set", "nodeAgent.backend=dcgm"], "nodeAgent.backend: nvml or sim"),
         (["--set", "prometheusRule.enabled=true", "--set", "prometheusRule.alertsFrom=metrics"],
          "prometheusRule.alertsFrom: stream or thresholds"),
+        (["--set", "cluster.name=eu west"], 'cluster.name "eu west": 1 to 63 letters'),
+        (["--set", "cluster.name=" + "x" * 64], "at most 63 characters"),
+        (["--set", "settings.GPUWATCH_CLUSTER=eu-west"], "is set by the chart"),
     ],
     ids=["redis-password", "redis-setting", "sasl-setting", "managed", "not-gpuwatch",
          "sasl-no-secret", "replicas", "sink-replicas", "sink-port", "metrics-sink-replicas",
-         "metrics-sink-port", "backend", "alerts-from"],
+         "metrics-sink-port", "backend", "alerts-from", "cluster-name", "cluster-length",
+         "cluster-setting"],
 )  # fmt: skip
 def test_unsafe_or_broken_values_are_refused(helm: str, setting: list[str], message: str) -> None:
     done = template(helm, *setting)
     assert done.returncode == 1
     assert message in done.stderr
     assert "hunter2" not in done.stderr
+
+
+def test_the_chart_checks_cluster_names_by_the_messages_rule() -> None:
+    (meta,) = [m for m in get_args(Cluster)[1:] if isinstance(m, msgspec.Meta)]
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text(encoding="utf-8")
+    assert f'regexMatch "{meta.pattern}" (toString .Values.cluster.name)' in helpers
+    assert f"gt (len (toString .Values.cluster.name)) {meta.max_length}" in helpers
 
 
 # --- the processes accept what the chart gives them --------------------------------------
@@ -426,6 +440,10 @@ def test_env_names_are_settings_and_the_settings_load(
             plain["GPUWATCH_PRICES"] = str(path)
         settings = load_settings(env={"HOME": str(tmp_path)} | plain)
         assert settings.metrics.bind == "0.0.0.0"
+        if component in PRODUCERS:  # cluster.name of the values
+            assert settings.cluster.name == ("eu-west-1.prod" if values == "tls" else "default")
+        else:
+            assert "GPUWATCH_CLUSTER" not in env
         if values == "tls":
             kafka = settings.kafka
             assert (kafka.security_protocol, kafka.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")

@@ -55,7 +55,7 @@ more workers or sinks than partitions.
 */}}
 {{- define "gpuwatch.validate" -}}
 {{- $secretVars := list "GPUWATCH_REDIS_URL" "GPUWATCH_KAFKA_SASL_PASSWORD" -}}
-{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_SINK_EXPORTER_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" -}}
+{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_SINK_EXPORTER_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" "GPUWATCH_CLUSTER" -}}
 {{- range $name, $_ := .Values.settings -}}
 {{- if not (hasPrefix "GPUWATCH_" $name) -}}
 {{- fail (printf "settings.%s: only GPUWATCH_* settings go here (the extraEnv of a component takes other variables)" $name) -}}
@@ -64,7 +64,7 @@ more workers or sinks than partitions.
 {{- fail (printf "settings.%s is a secret: use redis.existingSecret or kafka.sasl.passwordSecret" $name) -}}
 {{- end -}}
 {{- if has $name $managed -}}
-{{- fail (printf "settings.%s is set by the chart from its own value (kafka.*, metrics.bind, prices, the metrics ports, nodeAgent.*)" $name) -}}
+{{- fail (printf "settings.%s is set by the chart from its own value (kafka.*, metrics.bind, prices, the metrics ports, nodeAgent.*, cluster.name)" $name) -}}
 {{- end -}}
 {{- end -}}
 {{- if and (not .Values.redis.existingSecret.name) (regexMatch "^rediss?://[^/]*@" .Values.redis.url) -}}
@@ -81,6 +81,12 @@ more workers or sinks than partitions.
 {{- end -}}
 {{- if and .Values.sinkMetrics.enabled (gt (int .Values.sinkMetrics.replicas) (int .Values.kafka.partitions)) -}}
 {{- fail (printf "sinkMetrics.replicas (%d) exceeds kafka.partitions (%d): the extra sinks would get no partition" (int .Values.sinkMetrics.replicas) (int .Values.kafka.partitions)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$" (toString .Values.cluster.name)) -}}
+{{- fail (printf "cluster.name %q: 1 to 63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit" (toString .Values.cluster.name)) -}}
+{{- end -}}
+{{- if gt (len (toString .Values.cluster.name)) 63 -}}
+{{- fail (printf "cluster.name %q: at most 63 characters" (toString .Values.cluster.name)) -}}
 {{- end -}}
 {{- if not (has .Values.nodeAgent.backend (list "nvml" "sim")) -}}
 {{- fail "nodeAgent.backend: nvml or sim" -}}
