@@ -5,8 +5,10 @@ so an alert the worker fired is in Prometheus' `ALERTS` one scrape and one rule 
 later. An alert's series appear with its firing message and go with its resolved one.
 
 Labels are fixed: `ALERT_LABELS`, values cleaned; absent ones are empty (Prometheus reads
-an empty label as none). `alertname` is the alert's name, so the rule of the same name
-that reads it (and sets `alertname` on its alerts) keeps it. A GpuIdleAllocated alert of a
+an empty label as none). `cluster` is the alert's own (`default` when it names none), so
+node alerts of two clusters with one node name are two series. `alertname` is the alert's
+name, so the rule of the same name that reads it (and sets `alertname` on its alerts)
+keeps it. A GpuIdleAllocated alert of a
 GPU shared by several pods (its `pods` label, `ns/pod,...`) has one series per pod, as the
 metric-threshold rule had one alert per holder: each routes by its own namespace.
 
@@ -35,10 +37,34 @@ from dataclasses import dataclass
 from schemas.alert import Alert
 from sinks.prometheus.collector import ALERT_LABELS, clean, label_text
 
-__all__ = ["AlertRow", "FiringAlerts"]
+__all__ = ["AlertRow", "FiringAlerts", "NodeRef", "NodeSet"]
 
 AlertRow = tuple[Sequence[str], str, float]
 """label values, their exposition text, when the condition began (epoch seconds)."""
+
+NodeRef = str | tuple[str, str]
+"""A node as `(cluster, node)`, or a bare node name: that name in every cluster."""
+
+
+class NodeSet:
+    """Nodes given as `NodeRef`s; holds `(cluster, node)` when either form names it."""
+
+    def __init__(self, nodes: Iterable[NodeRef] = ()) -> None:
+        self._pairs: set[tuple[str, str]] = set()
+        self._names: set[str] = set()
+        for node in nodes:
+            if isinstance(node, str):
+                self._names.add(node)
+            else:
+                self._pairs.add(node)
+
+    def __bool__(self) -> bool:
+        return bool(self._pairs or self._names)
+
+    def __contains__(self, node: object) -> bool:
+        if not isinstance(node, tuple) or len(node) != 2:
+            return False
+        return node in self._pairs or node[1] in self._names
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +73,7 @@ class _Firing:
 
     mark: int
     pod: str | None  # the subject pod's uid (pod alerts)
-    node: str | None  # the subject's node (GPU and node alerts)
+    node: tuple[str, str] | None  # the subject's (cluster, node) (GPU and node alerts)
     gpu: str | None  # the subject GPU's uuid (GPU alerts)
     rows: tuple[AlertRow, ...]
 
@@ -76,7 +102,7 @@ def _rows(alert: Alert) -> tuple[AlertRow, ...]:
         values = tuple(
             clean(v)
             for v in (alert.name, alert.severity, namespace, pod, labels.get("team"), node, gpu,
-                      labels.get("model"), uid)
+                      labels.get("model"), uid, alert.cluster)
         )  # fmt: skip
         rows.append((values, label_text(ALERT_LABELS, values), since))
     return tuple(rows)
@@ -117,18 +143,25 @@ class FiringAlerts:
             return len(rows)
         subject = alert.subject
         pod = subject.uid if subject.kind == "pod" else None
-        node = subject.node if subject.kind != "pod" else None
+        node = (
+            (alert.cluster, subject.node)
+            if subject.kind != "pod" and subject.node is not None
+            else None
+        )
         self._firing[key] = _Firing(mark, pod, node, subject.uuid, rows)
         self._series += len(rows)
         return 0
 
-    def forget(self, pods: Iterable[str], gpus: Iterable[str], nodes: Iterable[str]) -> None:
+    def forget(
+        self, pods: Iterable[str], gpus: Iterable[str], nodes: Iterable[NodeRef] | NodeSet
+    ) -> None:
         """Drop the alerts of pods (uids), and of GPUs (uuids) and nodes, of revoked partitions.
 
         A pod alert belongs to the pod's partition, a GPU or node alert to the node's: a
         revoked node takes its GPU and node alerts, not the alerts of the pods on it.
         """
-        pod_set, gpu_set, node_set = set(pods), set(gpus), set(nodes)
+        pod_set, gpu_set = set(pods), set(gpus)
+        node_set = nodes if isinstance(nodes, NodeSet) else NodeSet(nodes)
         gone = [
             key
             for key, a in self._firing.items()

@@ -37,13 +37,16 @@ __all__ = [
 # is cut, with a short hash that keeps distinct long values distinct.
 MAX_LABEL_LEN = 253
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what Prometheus 2.x parses
-POD_LABELS = _POD = ("namespace", "pod", "team", "node")
-GPU_LABELS = _GPU = ("node", "gpu", "model")
+# `cluster` on every pod, GPU and alert series (and the cost counters): node names and
+# namespaces repeat across the clusters that feed one pipeline.
+POD_LABELS = _POD = ("namespace", "pod", "team", "node", "cluster")
+GPU_LABELS = _GPU = ("node", "gpu", "model", "cluster")
 _POD_STATE, _POD_GPU = (*_POD, "state"), (*_POD, "gpu", "model")
-_NS_TEAM = ("namespace", "team")
+_NS_TEAM = ("namespace", "team", "cluster")
 # An in-stream alert and its subject (sinks/prometheus/alerts.py).
 ALERT_LABELS = _ALERT = (
-    "alertname", "severity", "namespace", "pod", "team", "node", "gpu", "model", "pod_uid"
+    "alertname", "severity", "namespace", "pod", "team", "node", "gpu", "model", "pod_uid",
+    "cluster",
 )  # fmt: skip
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
@@ -110,7 +113,7 @@ class PodGpu:
 class PodSeries:
     """One pod's labels, lifecycle state and GPUs; `touched` is the clock of its last record."""
 
-    labels: tuple[str, str, str, str]
+    labels: tuple[str, str, str, str, str]
     touched: float
     text: str = ""
     state: str | None = None
@@ -136,9 +139,10 @@ class PodSeries:
 class GpuSeries:
     """One GPU's live readings (from samples) and idle counters (from windows)."""
 
-    labels: tuple[str, str, str]
+    labels: tuple[str, str, str, str]
     node_raw: str
     model_raw: str
+    cluster_raw: str
     touched: float
     text: str = ""
     sampled: float = float("-inf")

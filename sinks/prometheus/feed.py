@@ -13,7 +13,8 @@ topics from `LOOKBACK_S` back in wall time (the record timestamps), enough for t
 readings, and the counters go on from zero, as after any restart of an exporter. A
 partition kept across a rebalance goes on from the group's last commit (every few
 seconds: what is read twice is counted once, see `WorkerMetrics`). A partition that leaves
-takes its pods, GPUs and nodes with it (`WorkerMetrics.forget`).
+takes its pods, GPUs and nodes (each `(cluster, node)`: node names repeat across clusters)
+with it (`WorkerMetrics.forget`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
 from schemas.topics import ATTRIBUTION, GPU_WINDOWS, NVML_SAMPLES, POD_LIFECYCLE, POD_USAGE
 from sinks.consumer import Consumer, ConsumerLoop, KafkaClient, Message
-from sinks.prometheus.metrics import WorkerMetrics
+from sinks.prometheus.metrics import NodeRef, WorkerMetrics
 
 __all__ = ["LOOKBACK_S", "MetricsFeed", "metrics_group"]
 
@@ -79,7 +80,9 @@ class MetricsFeed(ConsumerLoop):
         self.group = metrics_group(settings)
         self._wall = wall
         self._owned: dict[Any, set[str]] = {}
-        """partition -> the pod uids, GPU uuids or node names its records named."""
+        """partition -> the pod uids or GPU uuids its records named."""
+        self._nodes: dict[Any, set[NodeRef]] = {}
+        """partition of the node samples -> the `(cluster, node)`s its records named."""
         self.records = 0
         """Records handed to the metrics."""
         self.invalid = 0
@@ -105,7 +108,8 @@ class MetricsFeed(ConsumerLoop):
         for tp, messages in polled.items():
             if tp in moved or not messages:
                 continue
-            self._feed(tp, messages, self._owned.setdefault(tp, set()))
+            nodes = self._nodes.setdefault(tp, set()) if tp.topic == self.samples_topic else None
+            self._feed(tp, messages, self._owned.setdefault(tp, set()), nodes)
 
     def _place(self, consumer: Consumer) -> set[Any]:
         """Partitions new here are read from where their state is rebuilt (those of this
@@ -125,18 +129,24 @@ class MetricsFeed(ConsumerLoop):
     def _forget(self, gone: set[Any]) -> None:
         pods: list[str] = []
         gpus: list[str] = []
-        nodes: list[str] = []
+        nodes: list[NodeRef] = []
         for tp in gone:
             owned = self._owned.pop(tp, set())
             if tp.topic == self.samples_topic:
-                nodes.extend(owned)
+                nodes.extend(self._nodes.pop(tp, set()))
             elif tp.topic == self.windows_topic:
                 gpus.extend(owned)
             else:
                 pods.extend(owned)
         self.metrics.forget(pods=pods, gpus=gpus, nodes=nodes)
 
-    def _feed(self, tp: Any, messages: Sequence[Message], owned: set[str]) -> None:
+    def _feed(
+        self,
+        tp: Any,
+        messages: Sequence[Message],
+        owned: set[str],
+        nodes: set[NodeRef] | None = None,
+    ) -> None:
         spec = self.specs[tp.topic]
         old_ms = int((self._wall() - LOOKBACK_S) * 1000)
         m = self.metrics
@@ -151,7 +161,8 @@ class MetricsFeed(ConsumerLoop):
                 continue
             self.records += 1
             if isinstance(record, NvmlSample):
-                owned.add(record.node)
+                if nodes is not None:
+                    nodes.add((record.cluster, record.node))  # node names repeat across clusters
                 m.observe_sample(record)
             elif isinstance(record, PodUsage):
                 m.observe_usage(record)

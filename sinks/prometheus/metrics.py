@@ -39,7 +39,7 @@ from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
-from sinks.prometheus.alerts import FiringAlerts
+from sinks.prometheus.alerts import FiringAlerts, NodeRef, NodeSet
 from sinks.prometheus.collector import (
     GPU_LABELS,
     POD_LABELS,
@@ -53,7 +53,7 @@ from sinks.prometheus.collector import (
     serve,
 )
 
-__all__ = ["Marks", "MetricsServeError", "PipelineCounts", "WorkerMetrics", "serve"]
+__all__ = ["Marks", "MetricsServeError", "NodeRef", "PipelineCounts", "WorkerMetrics", "serve"]
 
 GPU_STALE_S = 30.0  # GPU gauges hide 30 s after the last sample: the node's telemetry is missing
 STALE_POD_S = 86_400.0  # a pod with no record for a day is forgotten (its finish was lost)
@@ -65,6 +65,13 @@ _COUNTERS = ("cost_usd", "waste_usd", "events", "deadletter", "alerts")
 PipelineCounts = dict[str, dict[tuple[str, ...], float]]
 """Counters kept by the stream processors, by family name (`gpuwatch_events`...) and labels;
 added to this object's own at scrape time."""
+
+
+def _pod_labels(
+    namespace: str, pod: str, team: str | None, node: str | None, cluster: str
+) -> tuple[str, str, str, str, str]:
+    """A pod's label values, in the order of POD_LABELS."""
+    return (clean(namespace), clean(pod), clean(team), clean(node), clean(cluster))
 
 
 class Marks:
@@ -133,7 +140,7 @@ class WorkerMetrics:
         now, team = self._clock(), rec.labels.get(self._team)
         with self._lock:
             self._advance(rec.ts)
-            labels = (clean(rec.namespace), clean(rec.pod), clean(team), clean(rec.node))
+            labels = _pod_labels(rec.namespace, rec.pod, team, rec.node, rec.cluster)
             pod = self._pod(rec.uid, labels, now, rec.ts)
             if pod is None or rec.ts < pod.state_ts:
                 return
@@ -166,12 +173,12 @@ class WorkerMetrics:
         with self._lock:
             self._advance(rec.window_end)
             if self._pod_marks.advance(rec.uid, rec.window_start):
-                key = (clean(rec.namespace), clean(team))
+                key = (clean(rec.namespace), clean(team), clean(rec.cluster))
                 self._add("cost_usd", key, rec.cost_usd)
                 self._add("waste_usd", key, rec.waste_usd)
             pod = self._pods.get(rec.uid)
             if pod is None and rec.state != "finished":
-                labels = (clean(rec.namespace), clean(rec.pod), clean(team), clean(rec.node))
+                labels = _pod_labels(rec.namespace, rec.pod, team, rec.node, rec.cluster)
                 pod = self._pod(rec.uid, labels, now, rec.ts)
             if pod is None:
                 return
@@ -187,7 +194,7 @@ class WorkerMetrics:
         now = self._clock()
         with self._lock:
             self._advance(rec.window_end)
-            gpu = self._gpu(rec.uuid, rec.node, rec.model, now)
+            gpu = self._gpu(rec.uuid, rec.node, rec.model, rec.cluster, now)
             if gpu is None or not self._gpu_marks.advance(rec.uuid, rec.window_start):
                 return
             gpu.touched = now
@@ -205,7 +212,7 @@ class WorkerMetrics:
         with self._lock:
             self._advance(sample.ts + sample.interval_ms)
             for reading in sample.gpus:
-                gpu = self._gpu(reading.uuid, sample.node, reading.model, now)
+                gpu = self._gpu(reading.uuid, sample.node, reading.model, sample.cluster, now)
                 if gpu is None or sample.ts < gpu.sample_ts:
                     continue  # capped, or an older sample replayed
                 held: AbstractSet[str] = holders.get(reading.uuid, _NOBODY)
@@ -244,14 +251,15 @@ class WorkerMetrics:
             self._lag_s = max(0.0, seconds)
 
     def forget(
-        self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[str] = ()
+        self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[NodeRef] = ()
     ) -> None:
         """Drop the series of pods (uids), GPUs (uuids) and nodes of revoked partitions.
 
-        With them go the firing alerts they own: a pod's alerts, a GPU's and a node's (and
-        the GPU alerts of the node's GPUs).
+        A node is `(cluster, node)`, or a bare node name for that name in every cluster
+        (what a partition keyed by node name holds). With them go the firing alerts they
+        own: a pod's alerts, a GPU's and a node's (and the GPU alerts of the node's GPUs).
         """
-        pods, gpus, gone_nodes = list(pods), list(gpus), set(nodes)
+        pods, gpus, gone_nodes = list(pods), list(gpus), NodeSet(nodes)
         with self._lock:
             self._firing.forget(pods, gpus, gone_nodes)
             for uid in pods:
@@ -260,8 +268,9 @@ class WorkerMetrics:
             for uuid in gpus:
                 self._gpus.pop(uuid, None)
             if gone_nodes:
-                for uuid in [u for u, g in self._gpus.items() if g.node_raw in gone_nodes]:
-                    del self._gpus[uuid]
+                for uuid, g in list(self._gpus.items()):
+                    if (g.cluster_raw, g.node_raw) in gone_nodes:
+                        del self._gpus[uuid]
 
     def expire(self, now: float | None = None) -> None:
         """Remove finished pods past their grace, and pods and GPUs gone quiet."""
@@ -317,7 +326,7 @@ class WorkerMetrics:
             self._dropped["label_set"] += 1
 
     def _pod(
-        self, uid: str, labels: tuple[str, str, str, str], now: float, ts: int
+        self, uid: str, labels: tuple[str, str, str, str, str], now: float, ts: int
     ) -> PodSeries | None:
         pod = self._pods.get(uid)
         if pod is None:
@@ -331,18 +340,24 @@ class WorkerMetrics:
         pod.touched = now
         return pod
 
-    def _gpu(self, uuid: str, node: str, model: str, now: float) -> GpuSeries | None:
+    def _gpu(self, uuid: str, node: str, model: str, cluster: str, now: float) -> GpuSeries | None:
         gpu = self._gpus.get(uuid)
-        if gpu is not None and gpu.node_raw == node and gpu.model_raw == model:
+        if (
+            gpu is not None
+            and gpu.node_raw == node
+            and gpu.model_raw == model
+            and gpu.cluster_raw == cluster
+        ):
             return gpu
         if gpu is None and len(self._gpus) >= self._max_gpus:
             self._dropped["gpu"] += 1
             return None
-        labels = (clean(node), clean(uuid), clean(model))
+        labels = (clean(node), clean(uuid), clean(model), clean(cluster))
         if gpu is None:
-            gpu = self._gpus[uuid] = GpuSeries(labels, node, model, touched=now)
+            gpu = self._gpus[uuid] = GpuSeries(labels, node, model, cluster, touched=now)
         else:
             gpu.labels, gpu.node_raw, gpu.model_raw = labels, node, model
+            gpu.cluster_raw = cluster
             gpu.text = label_text(GPU_LABELS, labels)
         return gpu
 

@@ -16,7 +16,7 @@ import msgspec
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
-from schemas.fields import Sharing
+from schemas.fields import DEFAULT_CLUSTER, Cluster, Sharing
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
@@ -57,7 +57,8 @@ class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
 
     `ts` is the end of the sampled interval (the reading is as of then); `idle_since` is the
     event time the GPU's current idle run began (None while busy or unknown), tracked by the
-    worker; `pods` are the pods allocated on it or computing on it.
+    worker; `pods` are the pods allocated on it or computing on it; `cluster` is the
+    sample's.
     """
 
     uuid: GpuUuid
@@ -71,6 +72,7 @@ class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
     mem_total_bytes: int
     pods: tuple[PodUid, ...]
     idle_since: int | None
+    cluster: Cluster = DEFAULT_CLUSTER
 
 
 SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | GpuLive
@@ -116,6 +118,7 @@ def gpu_live(
         mem_total_bytes=gpu.mem_total_bytes,
         pods=tuple(sorted(set(pods))),
         idle_since=idle_since,
+        cluster=sample.cluster,
     )
 
 
@@ -221,6 +224,7 @@ def _lifecycle(record: PodLifecycle, opts: PlanOptions) -> list[Command]:
     )
     args = [record.uid, str(record.ts), record.to_state, _s(record.reason), record.namespace]
     args += [record.pod, _s(record.node), _json(record.labels), str(opts.finished_ttl_s)]
+    args += [record.cluster]
     keys_ = (*keys.pod_keys(record.uid), *keys.states())
     return [entry, Command("pod_transition", keys_, tuple(args))]
 
@@ -246,6 +250,7 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
     args += [record.state]
     args += [str(opts.finished_ttl_s), str(opts.leaderboard_ms)]
     args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
+    args += [record.cluster]
     keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
     keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
     keys_ += [keys.waste_windows()]
@@ -268,9 +273,11 @@ def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
         "value": _s(record.value),
         "subject": _json(record.subject),
         "labels": _json(record.labels),
+        "cluster": record.cluster,
     }
     ttl_ms = str(opts.finished_ttl_s * 1000)
-    state = (record.fingerprint, record.status, str(record.ts), _json(record), ttl_ms)
+    message = _json({**msgspec.to_builtins(record), "cluster": record.cluster})
+    state = (record.fingerprint, record.status, str(record.ts), message, ttl_ms)
     stream = (identity, str(record.ts), str(opts.alerts_maxlen), "0", *_flat(fields))
     commands = [
         Command("alert_state", (keys.alerts_firing(), keys.alerts_last()), state),
@@ -322,6 +329,8 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
             _json(r.pods),
             "idle_since",
             "" if r.idle_since is None else str(r.idle_since),
+            "cluster",
+            r.cluster,
         )
         for r in records
     ]
@@ -332,6 +341,7 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
 def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
     """The GPU hash's latest-window fields, unless a newer window already wrote them."""
     fields = {
+        "cluster": record.cluster,
         "node": record.node,
         "model": record.model,
         "window_end": str(record.window_end),

@@ -153,6 +153,54 @@ def test_only_scrape_health_is_read_by_job() -> None:
     }  # fmt: skip
 
 
+CLUSTER_FILTER = 'cluster=~"$cluster"'
+PIPELINE_BOARD = DASHBOARDS / "gpuwatch-pipeline.json"  # gpuwatch's own health: no cluster
+
+
+def clustered(exported: Exported) -> set[str]:
+    """The metrics that carry a `cluster` label, and ALERTS (which carries the rules')."""
+    return {name for name, labels in exported.items() if "cluster" in labels} | {"ALERTS"}
+
+
+def unfiltered(expr: str, metrics: set[str]) -> list[str]:
+    """The selectors of `metrics` in `expr` that do not filter by the cluster variable."""
+    found = []
+    for match in re.finditer(r"(?<![\w:])([A-Za-z_:][\w:]*)(\s*\{([^}]*)\})?", expr):
+        if match.group(1) in metrics and CLUSTER_FILTER not in (match.group(3) or ""):
+            found.append(match.group(0))
+    return found
+
+
+@pytest.mark.parametrize("path", [b for b in BOARDS if b != PIPELINE_BOARD], ids=lambda p: p.name)
+def test_a_dashboard_has_a_cluster_variable_and_filters_every_query_by_it(
+    path: Path, exported: Exported
+) -> None:
+    board = load(path)
+    (variable,) = [v for v in board["templating"]["list"] if v["name"] == "cluster"]
+    query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+    assert query == "label_values(gpuwatch_gpu_utilization_ratio, cluster)"
+    assert (variable["multi"], variable["includeAll"]) == (True, True)
+    assert variable["allValue"] == ".*"  # All keeps series without the label (pipeline alerts)
+    metrics, found = clustered(exported), []
+    for title, target in targets(board):
+        if uses(target["expr"]).metrics & metrics:
+            found += [f"{title}: {s}" for s in unfiltered(target["expr"], metrics)]
+    for name, selector, _ in variable_queries(board):
+        if name != "cluster":
+            found += [f"${name}: {s}" for s in unfiltered(selector, metrics)]
+    assert found == []
+
+
+def test_the_cluster_filter_check_catches_a_selector_without_it(exported: Exported) -> None:
+    metrics = clustered(exported)
+    assert {"gpuwatch_pod_state", "gpuwatch_gpu_utilization_ratio", "gpuwatch_cost_usd_total",
+            "gpuwatch_alert_firing"} <= metrics  # fmt: skip
+    assert "gpuwatch_events_total" not in metrics  # the pipeline's own
+    expr = 'sum(gpuwatch_pod_state{cluster=~"$cluster"}) / count(gpuwatch_gpu_allocated)'
+    assert unfiltered(expr, metrics) == ["gpuwatch_gpu_allocated"]
+    assert unfiltered('ALERTS{alertstate="firing"}', metrics) == ['ALERTS{alertstate="firing"}']
+
+
 def test_the_checker_catches_unknown_names_and_labels(exported: Exported) -> None:
     """The checks above could not pass by accident: typos are reported."""
     assert problems("sum(rate(gpuwatch_events_totl[5m]))", exported) == [

@@ -1,7 +1,7 @@
 -- KEYS pod, windows, timeline, seen, waste pods/namespaces of the window, of the hour,
 -- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
 -- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
--- prefixes (pods, namespaces). Totals and leaderboards move by the difference to the
+-- prefixes (pods, namespaces), cluster. Totals and leaderboards move by the difference to the
 -- value stored for this window, in nano-USD: a replay moves them by exactly zero.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
@@ -24,7 +24,8 @@ for i, kind in ipairs({'cost', 'waste'}) do
   totals[i] = usd(total)
 end
 local cur = redis.call('HMGET', KEYS[1], 'window_start', 'updated_at', 'state')
-local f = {'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1], 'waste_usd', totals[2]}
+local f = {'cluster', ARGV[18], 'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1],
+  'waste_usd', totals[2]}
 if not cur[1] or tonumber(ws) >= tonumber(cur[1]) then
   for _, v in ipairs({'window_start', ws, 'labels', ARGV[5], 'vram_bytes', ARGV[10],
       'share', ARGV[11], 'gpus', ARGV[12]}) do f[#f + 1] = v end

@@ -57,7 +57,8 @@ def firing(metrics: WorkerMetrics) -> list[dict[str, str]]:
 
 
 IDLE = {"alertname": "GpuIdleAllocated", "severity": "warning", "namespace": "ml",
-        "pod": "train-0", "node": "n1", "gpu": "GPU-1", "model": "H100"}  # fmt: skip
+        "pod": "train-0", "node": "n1", "gpu": "GPU-1", "model": "H100",
+        "cluster": "default"}  # fmt: skip
 
 
 def test_a_firing_alert_is_one_series_of_1_with_its_start_in_epoch_seconds() -> None:
@@ -124,7 +125,7 @@ def test_a_gpu_shared_by_two_pods_has_a_series_per_pod_and_resolves_both() -> No
     labels = {"node": "n7", "gpu": "GPU-7", "model": "L4", "pods": "research/nb-a,research/nb-b"}
     metrics.observe_alert(alert(labels=labels))
     shared = {"alertname": "GpuIdleAllocated", "severity": "warning", "namespace": "research",
-              "node": "n7", "gpu": "GPU-7", "model": "L4"}  # fmt: skip
+              "node": "n7", "gpu": "GPU-7", "model": "L4", "cluster": "default"}  # fmt: skip
     assert firing(metrics) == [shared | {"pod": "nb-a"}, shared | {"pod": "nb-b"}]
     assert value(metrics, "gpuwatch_metrics_tracked", kind="alert") == 2
     metrics.observe_alert(alert(status="resolved", ts=T0 + S, labels=labels))
@@ -139,7 +140,7 @@ def test_two_unnamed_pods_on_one_gpu_stay_apart_by_pod_uid() -> None:
             alert("GpuUnallocatedAccess", fingerprint=uid, labels=labels, severity="critical")
         )
     leak = {"alertname": "GpuUnallocatedAccess", "severity": "critical", "node": "n1",
-            "gpu": "GPU-1", "model": "H100"}  # fmt: skip
+            "gpu": "GPU-1", "model": "H100", "cluster": "default"}  # fmt: skip
     assert firing(metrics) == [leak | {"pod_uid": "uid-a"}, leak | {"pod_uid": "uid-b"}]
 
 
@@ -152,9 +153,10 @@ def test_pod_and_node_alerts_carry_their_subject() -> None:
               severity="critical")
     )  # fmt: skip
     assert firing(metrics) == [
-        {"alertname": "NodeTelemetryMissing", "severity": "critical", "node": "n9"},
+        {"alertname": "NodeTelemetryMissing", "severity": "critical", "node": "n9",
+         "cluster": "default"},
         {"alertname": "PodStalled", "severity": "warning", "namespace": "ml", "pod": "job-u1",
-         "team": "vision", "node": "n1", "pod_uid": "u1"},
+         "team": "vision", "node": "n1", "pod_uid": "u1", "cluster": "default"},
     ]  # fmt: skip
 
 

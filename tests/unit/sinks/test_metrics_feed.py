@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from support.metric_records import POD, T0, attribution, lifecycle, sample, worker
+import msgspec
+from support.metric_records import POD as FIXTURE_POD
+from support.metric_records import T0, attribution, lifecycle, sample, worker
 from support.metric_records import gpu as gpu_reading
 
 from schemas.settings import Settings
@@ -14,6 +16,7 @@ from sinks.consumer import KafkaClient
 from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
 from sinks.prometheus.metrics import WorkerMetrics
 
+POD = FIXTURE_POD | {"cluster": "default"}  # records that name no cluster
 SETTINGS = Settings()
 PREFIX = SETTINGS.kafka.topic_prefix
 LIFECYCLE, ATTRIB, SAMPLES = (
@@ -119,7 +122,7 @@ def test_records_feed_the_pod_and_gpu_metrics() -> None:
     f.step(consumer)
     assert f.records == 2
     assert pod_state(metrics, "running") == 1
-    util = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
+    util = {"node": "n1", "gpu": "GPU-1", "model": "H100", "cluster": "default"}
     assert metrics.registry.get_sample_value("gpuwatch_gpu_utilization_ratio", util) == 0.75
 
 
@@ -158,6 +161,37 @@ def test_a_partition_that_leaves_takes_its_pods_and_nodes_with_it() -> None:
     f.step(consumer)
     assert pod_state(metrics, "running") is None
     assert pod_state(metrics, "running", pod="p2") == 1
+
+
+def test_a_samples_partition_that_leaves_takes_its_clusters_node_not_the_same_name_elsewhere() -> (
+    None
+):
+    metrics = worker()
+    f = feed(metrics)
+    east, west = (
+        msgspec.structs.replace(
+            sample("n1", T0, [gpu_reading(f"GPU-{c}", util=50.0)], {}), cluster=c
+        )
+        for c in ("east", "west")
+    )
+    polls = [
+        [],
+        [
+            msg(SAMPLES, 90, NVML_SAMPLES.encode(east)),
+            msg(SAMPLES, 90, NVML_SAMPLES.encode(west), 1),
+        ],
+    ]
+    consumer = FakeConsumer({TP(SAMPLES, 0), TP(SAMPLES, 1)}, polls)
+    f.step(consumer)
+    f.step(consumer)
+    util = "gpuwatch_gpu_utilization_ratio"
+    east_gpu = {"node": "n1", "gpu": "GPU-east", "model": "H100", "cluster": "east"}
+    west_gpu = {"node": "n1", "gpu": "GPU-west", "model": "H100", "cluster": "west"}
+    assert metrics.registry.get_sample_value(util, east_gpu) == 0.5
+    consumer.assigned = {TP(SAMPLES, 1)}  # east's n1 was on partition 0
+    f.step(consumer)
+    assert metrics.registry.get_sample_value(util, east_gpu) is None
+    assert metrics.registry.get_sample_value(util, west_gpu) == 0.5
 
 
 def test_an_undecodable_record_is_counted_and_skipped() -> None:
