@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 DESCRIPTION = (
     "Timeline: read the topics over --from..--to (event time, UTC) and print "
     "what happened to a pod (--pod NAMESPACE/NAME), a GPU (--gpu UUID) or a node "
-    "(--node NAME): lifecycle transitions, per-window attribution (GPU-seconds used of "
+    "(--node NAME), of one cluster with --cluster NAME: lifecycle transitions, per-window "
+    "attribution (GPU-seconds used of "
     "allocated, idle, VRAM peak, cost, waste), alerts firing and resolved, and a summary "
     "of the raw node samples of its GPUs (count, mean and max utilization, peak VRAM, "
     "samples lost). Offsets are found by time; records written up to --margin after "
@@ -50,6 +51,13 @@ def add_parser(verbs: Any) -> None:
     subject.add_argument("--pod", metavar="NS/NAME", help="the pod, as namespace/name")
     subject.add_argument("--gpu", metavar="UUID", help="the GPU (or MIG instance) uuid")
     subject.add_argument("--node", dest="replay_node", metavar="NAME", help="the node")
+    replay.add_argument(
+        "--cluster",
+        dest="replay_cluster",
+        metavar="NAME",
+        help="only records of this cluster, where many clusters feed one pipeline (node "
+        "names repeat across clusters; default: every cluster)",
+    )
     replay.add_argument(
         "--from",
         dest="time_from",
@@ -119,7 +127,7 @@ def _timeline(args: argparse.Namespace, settings: Settings, span: TimeRange, mar
     from gpuwatch.replay.view import plot, render_text, to_json
 
     try:
-        subject = Subject.parse(args.pod, args.gpu, args.replay_node)
+        subject = Subject.parse(args.pod, args.gpu, args.replay_node, args.replay_cluster)
     except ValueError as exc:
         raise UserFacingError(f"replay: {exc}") from exc
     try:
@@ -157,6 +165,11 @@ def _replay_rerun(
 
     if not (args.rerun and args.to_prefix):
         raise UserFacingError("replay: re-processing takes both --rerun and --to-prefix NAME.")
+    if args.replay_cluster:
+        raise UserFacingError(
+            "replay: --rerun re-processes every cluster of the range; read one afterwards "
+            "with `gpuwatch --topic-prefix NAME. replay --cluster NAME --node ...`"
+        )
     if args.pod or args.gpu or args.replay_node or args.plot:
         raise UserFacingError(
             "replay: --rerun re-processes every pod of the range; read one afterwards with "

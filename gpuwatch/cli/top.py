@@ -18,7 +18,8 @@ DESCRIPTION = (
     "--once prints the tables once (plain text, no escapes) and exits. Pods are read from "
     "the state sets, at most --max-rows per refresh (stalled, queued, running, then "
     "finished), and the view says how many were left out. --namespace, --team and --state "
-    "also narrow the GPUs (to those the matching pods hold) and the alerts. Redis is "
+    "also narrow the GPUs (to those the matching pods hold) and the alerts; --cluster keeps "
+    "one cluster's pods, GPUs and alerts where many clusters feed one pipeline. Redis is "
     "--redis-url or GPUWATCH_REDIS_URL; exits 2 when it cannot be read."
 )
 
@@ -37,6 +38,13 @@ def add_parser(verbs: Any) -> None:
         default="waste",
         help="pod order: waste, vram, cost, share (largest first), state (stalled, queued, "
         "running, finished; longest in it first) or name (default: waste)",
+    )
+    top.add_argument(
+        "--cluster",
+        dest="top_cluster",
+        metavar="NAME",
+        help="only this cluster's pods, GPUs and alerts (where many clusters feed one "
+        "pipeline; default: all, with a CLUSTER column when there are several)",
     )
     top.add_argument("--namespace", dest="top_namespace", metavar="NS", help="only this namespace")
     top.add_argument("--team", metavar="TEAM", help="only pods with this team label")
@@ -67,6 +75,7 @@ def _top(args: argparse.Namespace, settings: Settings) -> int:
     try:
         query = Query(
             sort=args.sort,
+            cluster=args.top_cluster,
             namespace=args.top_namespace,
             team=args.team,
             state=args.state,

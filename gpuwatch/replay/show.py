@@ -90,7 +90,7 @@ def timeline(
                     f"no gpuwatch topics with the prefix {prefix!r} at {settings.kafka.bootstrap}"
                     " (--topic-prefix, GPUWATCH_TOPIC_PREFIX)"
                 )
-            found = Collected()
+            found, clusters = Collected(), set()
             names = [spec.full_name(prefix) for spec in first]
             for hit in reader.read(plan, names, span, margin_ms):
                 spec = by_name[hit.topic]
@@ -98,7 +98,9 @@ def timeline(
                 if (keep_all or needle in hit.value) and (
                     value := _decode(spec, hit, decoded)
                 ) is not None:
-                    found.add(value)
+                    clusters.add(value.cluster)
+                    if subject.of(value):
+                        found.add(value)
             scope = resolve(subject, found)
             digest = SampleDigest(subject, span, scope, keep_series=keep_series)
             nodes = {node.encode() for node in scope.nodes}
@@ -107,7 +109,7 @@ def timeline(
                 wanted = hit.key in nodes if nodes else needle in hit.value
                 if wanted and span.holds(hit.ts):
                     sample = _decode(NVML_SAMPLES, hit, decoded)
-                    if sample is not None:
+                    if sample is not None and subject.of(sample):
                         digest.add(sample)
     except ReadError as exc:
         raise ReplayError(str(exc)) from exc
@@ -126,6 +128,11 @@ def timeline(
         bands=state_bands(events, span) if subject.kind == "pod" else [],
     )
     story.notes.extend(_notes(plan, span, margin_ms, decoded.bad, prefix))
+    if subject.cluster is None and len(clusters) > 1:
+        story.notes.append(
+            f"records of {len(clusters)} clusters name this {subject.kind} "
+            f"({', '.join(sorted(clusters))}): --cluster NAME keeps one"
+        )
     return story
 
 

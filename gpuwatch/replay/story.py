@@ -44,13 +44,17 @@ KIND_ORDER: dict[EventKind, int] = {
 
 @dataclass(frozen=True)
 class Subject:
-    """What the story is about: a pod (`namespace/name`), a GPU uuid or a node name."""
+    """What the story is about: a pod (`namespace/name`), a GPU uuid or a node name, of one
+    cluster (`cluster`) or of any (None) where many clusters feed one pipeline."""
 
     kind: SubjectKind
     value: str
+    cluster: str | None = None
 
     @classmethod
-    def parse(cls, pod: str | None, gpu: str | None, node: str | None) -> Subject:
+    def parse(
+        cls, pod: str | None, gpu: str | None, node: str | None, cluster: str | None = None
+    ) -> Subject:
         """The one subject given; ValueError when none, several, or a pod without namespace."""
         given = [(k, v) for k, v in (("pod", pod), ("gpu", gpu), ("node", node)) if v]
         if len(given) != 1:
@@ -60,7 +64,7 @@ class Subject:
             namespace, _, name = value.partition("/")
             if not namespace or not name or "/" in name:
                 raise ValueError(f"--pod wants NAMESPACE/NAME, not {value!r}")
-        return cls(kind, value)  # type: ignore[arg-type]
+        return cls(kind, value, cluster)  # type: ignore[arg-type]
 
     @property
     def pod(self) -> tuple[str, str]:
@@ -73,12 +77,17 @@ class Subject:
         """Bytes every raw record about the subject contains: a cheap filter before decoding."""
         return (self.pod[1] if self.kind == "pod" else self.value).encode()
 
+    def of(self, value: Any) -> bool:
+        """Whether a record belongs to the subject's cluster (any, when none is given)."""
+        return self.cluster is None or value.cluster == self.cluster
+
     def names(self, namespace: str | None, name: str | None) -> bool:
         """A pod subject named `namespace/name`."""
         return self.kind == "pod" and (namespace, name) == self.pod
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.value}"
+        where = "" if self.cluster is None else f" of cluster {self.cluster}"
+        return f"{self.kind} {self.value}{where}"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from gpuwatch.top.view import (
     render_json,
     render_text,
 )
-from schemas.fields import LifecycleState
+from schemas.fields import DEFAULT_CLUSTER, LifecycleState
 from schemas.settings import RedisSettings
 from sinks.redis import client
 from sinks.redis.keys import DEFAULT_PREFIX, STATES, RedisKeys
@@ -140,6 +140,7 @@ def parse_pod(uid: str, fields: Mapping[str, str]) -> PodRow | None:
         vram_bytes=_int(fields.get("vram_bytes")),
         cost_usd=_float(fields.get("cost_usd")) or 0.0,
         waste_usd=_float(fields.get("waste_usd")) or 0.0,
+        cluster=fields.get("cluster") or DEFAULT_CLUSTER,
     )
 
 
@@ -156,6 +157,7 @@ def parse_gpu(uuid: str, fields: Mapping[str, str]) -> GpuRow:
         owners=tuple(str(p) for p in pods) if isinstance(pods, list) else (),
         idle_since=_int(fields.get("idle_since")),
         updated_at=_int(fields.get("updated_at")),
+        cluster=fields.get("cluster") or DEFAULT_CLUSTER,
     )
 
 
@@ -168,6 +170,7 @@ def parse_alert(fingerprint: str, raw: str) -> AlertRow | None:
     if not isinstance(subject, dict):
         subject = {}
     value = doc.get("value")
+    labels = _labels(doc.get("labels"))
     return AlertRow(
         fingerprint=fingerprint,
         name=str(doc.get("name", "")),
@@ -178,8 +181,9 @@ def parse_alert(fingerprint: str, raw: str) -> AlertRow | None:
         subject_uid=_str(subject.get("uid")),
         subject_uuid=_str(subject.get("uuid")),
         subject_node=_str(subject.get("node")),
-        labels=_labels(doc.get("labels")),
+        labels=labels,
         value=float(value) if isinstance(value, int | float) else None,
+        cluster=str(doc.get("cluster") or labels.get("cluster") or DEFAULT_CLUSTER),
     )
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from schemas.fields import DEFAULT_CLUSTER
+
 __all__ = [
     "SORTS",
     "STATE_ORDER",
@@ -63,6 +65,7 @@ class PodRow:
     vram_bytes: int | None = None
     cost_usd: float = 0.0
     waste_usd: float = 0.0
+    cluster: str = DEFAULT_CLUSTER
 
     @property
     def name(self) -> str:
@@ -88,6 +91,7 @@ class GpuRow:
     owners: tuple[str, ...] = ()
     idle_since: int | None = None
     updated_at: int | None = None
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,7 @@ class AlertRow:
     subject_node: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     value: float | None = None
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +148,12 @@ class Query:
     team: str | None = None
     state: str | None = None
     limit: int | None = None
+    cluster: str | None = None
 
     @property
     def filtered(self) -> bool:
-        """Whether a filter narrows the pods (and with them the GPUs and alerts)."""
+        """Whether a filter of pods narrows the pods (and with them the GPUs and alerts);
+        `cluster` narrows every table by its own cluster."""
         return any(v is not None for v in (self.namespace, self.team, self.state))
 
 
@@ -192,7 +199,8 @@ def _pod_key(sort: Sort) -> Callable[[PodRow], tuple[Any, ...]]:
 
 def _pod_matches(pod: PodRow, query: Query) -> bool:
     return (
-        (query.namespace is None or pod.namespace == query.namespace)
+        (query.cluster is None or pod.cluster == query.cluster)
+        and (query.namespace is None or pod.namespace == query.namespace)
         and (query.team is None or pod.team == query.team)
         and (query.state is None or pod.state == query.state)
     )
@@ -200,6 +208,8 @@ def _pod_matches(pod: PodRow, query: Query) -> bool:
 
 def _alert_matches(alert: AlertRow, query: Query, pod_uids: set[str]) -> bool:
     """A pod's alert follows its pod; others need matching namespace/team labels."""
+    if query.cluster is not None and alert.cluster != query.cluster:
+        return False
     if not query.filtered:
         return True
     if alert.subject_kind == "pod" and alert.subject_uid in pod_uids:
@@ -214,14 +224,20 @@ def _alert_matches(alert: AlertRow, query: Query, pod_uids: set[str]) -> bool:
 def select(snapshot: Snapshot, query: Query) -> View:
     """Filter, sort and cut the snapshot's rows as the query says.
 
-    With a filter, the GPUs shown are those owned by a matching pod. `limit` cuts each
+    With a filter of pods, the GPUs shown are those owned by a matching pod; `cluster`
+    keeps the pods, GPUs and alerts of that cluster. `limit` cuts each
     table. GPUs go by node then uuid; alerts by severity, then oldest first.
     """
     pods = sorted((p for p in snapshot.pods if _pod_matches(p, query)), key=_pod_key(query.sort))
     uids = {p.uid for p in pods}
     gpus = sorted(
-        (g for g in snapshot.gpus if not query.filtered or uids.intersection(g.owners)),
-        key=lambda g: (g.node, g.uuid),
+        (
+            g
+            for g in snapshot.gpus
+            if (query.cluster is None or g.cluster == query.cluster)
+            and (not query.filtered or uids.intersection(g.owners))
+        ),
+        key=lambda g: (g.cluster, g.node, g.uuid),
     )
     alerts = sorted(
         (a for a in snapshot.alerts if _alert_matches(a, query, uids)),
@@ -328,7 +344,26 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int
     return [line(headers), *(line(r) for r in rows)]
 
 
-def _pods_table(view: View, now_ms: int) -> list[str]:
+def clusters(snapshot: Snapshot) -> list[str]:
+    """The clusters of the snapshot's pods, GPUs and alerts, in order."""
+    rows: list[PodRow | GpuRow | AlertRow] = [*snapshot.pods, *snapshot.gpus, *snapshot.alerts]
+    return sorted({row.cluster for row in rows})
+
+
+def _with_cluster(
+    shown: bool, headers: list[str], rows: list[list[str]], right: set[int], of: Sequence[Any]
+) -> tuple[list[str], list[list[str]], set[int]]:
+    """The table with a CLUSTER column first when the snapshot holds more than one."""
+    if not shown:
+        return headers, rows, right
+    return (
+        ["CLUSTER", *headers],
+        [[row.cluster, *cells] for row, cells in zip(of, rows, strict=True)],
+        {i + 1 for i in right},
+    )
+
+
+def _pods_table(view: View, now_ms: int, by_cluster: bool = False) -> list[str]:
     headers = ["POD", "TEAM", "STATE", "REASON", "FOR", "SHARE", "VRAM", "COST $", "WASTE $"]
     rows = [
         [
@@ -345,10 +380,12 @@ def _pods_table(view: View, now_ms: int) -> list[str]:
         ]
         for p in view.pods
     ]
-    return _table([*headers, "GPUS"], rows, right={4, 5, 6, 7, 8})
+    return _table(*_with_cluster(by_cluster, [*headers, "GPUS"], rows, {4, 5, 6, 7, 8}, view.pods))
 
 
-def _gpus_table(view: View, names: Mapping[str, str], now_ms: int) -> list[str]:
+def _gpus_table(
+    view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool = False
+) -> list[str]:
     headers = ["GPU", "NODE", "MODEL", "UTIL", "VRAM USED/TOTAL", "IDLE FOR", "SEEN", "OWNERS"]
     rows = [
         [
@@ -363,16 +400,18 @@ def _gpus_table(view: View, names: Mapping[str, str], now_ms: int) -> list[str]:
         ]
         for g in view.gpus
     ]
-    return _table(headers, rows, right={3, 4, 5, 6})
+    return _table(*_with_cluster(by_cluster, headers, rows, {3, 4, 5, 6}, view.gpus))
 
 
-def _alerts_table(view: View, names: Mapping[str, str], now_ms: int) -> list[str]:
+def _alerts_table(
+    view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool = False
+) -> list[str]:
     headers = ["ALERT", "SEVERITY", "SUBJECT", "FOR", "SUMMARY"]
     rows = [
         [a.name, a.severity, _subject(a, names), fmt_age(now_ms - a.since), a.summary]
         for a in view.alerts
     ]
-    return _table(headers, rows, right={3})
+    return _table(*_with_cluster(by_cluster, headers, rows, {3}, view.alerts))
 
 
 def _section(title: str, lines: list[str], shown: int, matched: int) -> list[str]:
@@ -400,6 +439,8 @@ def notes(snapshot: Snapshot, header: Header) -> list[str]:
 def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -> str:
     """The plain-text tables: title, pods, GPUs, firing alerts and notes."""
     view = select(snapshot, query)
+    seen = clusters(snapshot)
+    by_cluster = len(seen) > 1
     at = datetime.fromtimestamp(now_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     counts = "  ".join(f"{s} {snapshot.state_counts.get(s, 0)}" for s in STATE_ORDER)
     filters = [f"--{k} {v}" for k, v in _filters(query).items() if v is not None]
@@ -407,16 +448,20 @@ def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         f"gpuwatch top  {header.target}  prefix {header.prefix}  {at}",
         f"pods: {counts}  |  gpus {snapshot.gpus_total}  |  alerts firing "
         f"{len(snapshot.alerts)}  |  sort {query.sort}" + "".join(f"  {f}" for f in filters),
+        *([f"clusters: {' '.join(seen)}"] if by_cluster else []),
         "",
-        *_section("PODS", _pods_table(view, now_ms), len(view.pods), view.pods_matched),
+        *_section("PODS", _pods_table(view, now_ms, by_cluster), len(view.pods), view.pods_matched),
         "",
         *_section(
-            "GPUS", _gpus_table(view, snapshot.pod_names, now_ms), len(view.gpus), view.gpus_matched
+            "GPUS",
+            _gpus_table(view, snapshot.pod_names, now_ms, by_cluster),
+            len(view.gpus),
+            view.gpus_matched,
         ),
         "",
         *_section(
             "ALERTS FIRING",
-            _alerts_table(view, snapshot.pod_names, now_ms),
+            _alerts_table(view, snapshot.pod_names, now_ms, by_cluster),
             len(view.alerts),
             view.alerts_matched,
         ),
@@ -428,7 +473,12 @@ def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
 
 
 def _filters(query: Query) -> dict[str, str | None]:
-    return {"namespace": query.namespace, "team": query.team, "state": query.state}
+    return {
+        "cluster": query.cluster,
+        "namespace": query.namespace,
+        "team": query.team,
+        "state": query.state,
+    }
 
 
 def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -> str:
@@ -442,6 +492,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         "sort": query.sort,
         "filters": _filters(query),
         "limit": query.limit,
+        "clusters": clusters(snapshot),
         "counts": {
             "states": {s: snapshot.state_counts.get(s, 0) for s in STATE_ORDER},
             "pods_matched": view.pods_matched,
@@ -455,6 +506,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         "pods": [
             {
                 "uid": p.uid,
+                "cluster": p.cluster,
                 "namespace": p.namespace,
                 "pod": p.pod,
                 "team": p.team,
@@ -475,6 +527,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         "gpus": [
             {
                 "uuid": g.uuid,
+                "cluster": g.cluster,
                 "node": g.node or None,
                 "model": g.model or None,
                 "util_pct": g.util_pct,
@@ -490,6 +543,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         "alerts": [
             {
                 "fingerprint": a.fingerprint,
+                "cluster": a.cluster,
                 "name": a.name,
                 "severity": a.severity,
                 "since": a.since,

@@ -25,6 +25,7 @@ def test_relative_times_are_values_not_options() -> None:
         (["--to-prefix", "r.", "--from", "-1h"], "takes both --rerun and --to-prefix"),
         (["--rerun", "--to-prefix", "r.", "--pod", "ml/a", "--from", "-1h"], "every pod"),
         (["--pod", "ml/a", "--from", "-1h", "--margin", "-5"], "--margin must not be negative"),
+        (["--rerun", "--to-prefix", "r.", "--cluster", "a", "--from", "-1h"], "every cluster"),
     ],
 )
 def test_a_request_that_cannot_be_served_exits_1_before_reading(
@@ -34,3 +35,8 @@ def test_a_request_that_cannot_be_served_exits_1_before_reading(
     out, err = capsys.readouterr()
     assert out == ""
     assert says in err
+
+
+def test_the_cluster_narrows_the_subject() -> None:
+    args = build_parser().parse_args(["replay", "--node", "n1", "--cluster", "eu", "--from", "-1h"])
+    assert (args.replay_node, args.replay_cluster) == ("n1", "eu")

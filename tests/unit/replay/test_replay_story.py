@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from replay_records import (
     GIB,
@@ -179,3 +180,26 @@ def test_without_transitions_the_bands_come_from_the_windows_states() -> None:
         StateBand(TRAIN, "running", T0, T0 + MIN),
         StateBand(TRAIN, "running", T0 + MIN, T0 + 2 * MIN),
     ]
+
+
+def test_a_subject_of_a_cluster_keeps_only_that_clusters_records() -> None:
+    subject = Subject.parse(None, None, "gpu-node-1", "eu")
+    assert str(subject) == "node gpu-node-1 of cluster eu"
+    node = K8sNode(
+        schema="gpuwatch.k8s.node/v1",
+        type="ADDED",
+        node="gpu-node-1",
+        ts=1,
+        gpu_capacity={},
+        gpu_allocatable={},
+        gpu_product=None,
+        labels={},
+        ready=True,
+        unschedulable=False,
+    )
+    assert not subject.of(node)  # the default cluster's node of the same name
+    assert subject.of(msgspec.structs.replace(node, cluster="eu"))
+    anywhere = Subject.parse(None, None, "gpu-node-1")
+    assert anywhere.cluster is None
+    assert anywhere.of(node)
+    assert str(anywhere) == "node gpu-node-1"

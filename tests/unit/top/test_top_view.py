@@ -336,6 +336,7 @@ def test_json_has_the_rows_in_order_with_raw_numbers() -> None:
     first = doc["pods"][0]
     assert first == {
         "uid": "aaaaaaaa-1",
+        "cluster": "default",
         "namespace": "ml",
         "pod": "train-0",
         "team": "vision",
