@@ -26,17 +26,39 @@ def add_parser(verbs: Any) -> None:
         "shortens the stall and alert rules (GPUWATCH_STALL_AFTER_S=120, "
         "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
         "set. Logs go to the stack's log directory (demo-worker.log, demo-sink.log, "
-        "demo-metrics.log, demo-simulate.log).",
+        "demo-metrics.log, demo-simulate.log). --clusters a,b runs one simulated cluster per "
+        "name into the same pipeline (demo-simulate-a.log, ...).",
     )
     add_scenario(demo, "simulated cluster: small, fleet, incident or a YAML file (default: small)")
     add_speed(demo, "simulated time runs FACTOR times faster than wall time (default: 1)")
     add_duration(demo, "stop after this many seconds (default: at Ctrl-C)", dest="demo_duration")
+    demo.add_argument(
+        "--clusters",
+        type=_cluster_names,
+        default=(),
+        metavar="NAME,NAME",
+        help="simulate several clusters into one pipeline, each the scenario with the same "
+        "node and pod names (see them apart with `gpuwatch top`, one with `--cluster NAME`)",
+    )
     add_flag(demo, "--no-ui", "no live view: wait, then print `gpuwatch top --once` at the end")
     add_flag(
         demo,
         "--keep-stack",
         "leave the stack running at the end, to look at Prometheus and Redis after",
     )
+
+
+def _cluster_names(value: str) -> tuple[str, ...]:
+    from schemas.settings import cluster_name
+
+    names = tuple(part.strip() for part in value.split(","))
+    try:
+        checked = tuple(cluster_name(name) for name in names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if len(set(checked)) != len(checked):
+        raise argparse.ArgumentTypeError(f"{value!r} names a cluster twice")
+    return checked
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -50,6 +72,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         duration_s=args.demo_duration,
         ui=not args.no_ui,
         keep_stack=args.keep_stack,
+        clusters=args.clusters,
     )
     try:
         return demo.run(settings, options, sys.stdout, progress)

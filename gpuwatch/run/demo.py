@@ -56,6 +56,10 @@ class DemoOptions:
     ui: bool = True
     keep_stack: bool = False
     interval_s: float = 2.0
+    clusters: tuple[str, ...] = ()
+    """Simulated clusters, each its own `gpuwatch simulate --cluster NAME` with the same
+    scenario (the same node and pod names, uids and GPU uuids of its own); none: one
+    simulated cluster of the settings' cluster."""
 
 
 @dataclass
@@ -116,7 +120,7 @@ def where_to_look(settings: Settings, logs: Path) -> str:
             f" agents), :{settings.watcher.metrics_port} (watcher)",
             "  Live view    gpuwatch top   (another terminal; `--once` prints and exits)",
             f"  Logs         {logs}/demo-worker.log  {logs}/demo-sink.log"
-            f"  {logs}/demo-metrics.log  {logs}/demo-simulate.log",
+            f"  {logs}/demo-metrics.log  {logs}/demo-simulate*.log",
             "Ctrl-C stops the demo.",
         ]
     )
@@ -164,6 +168,12 @@ def children(
     exe = [sys.executable, "-m", "gpuwatch.cli"]
     sim = [*exe, "simulate", "--scenario", options.scenario, "--speed", f"{options.speed:g}"]
     sim += ["--epoch", f"{epoch_for(options, time.time()):.3f}"]
+    # The first simulated cluster serves the agents' and the watcher's /metrics on their
+    # ports; the others would want the same ports.
+    sims = [
+        (f"simulate-{name}", [*sim, "--cluster", name, *(["--no-metrics"] if i else [])])
+        for i, name in enumerate(options.clusters)
+    ] or [("simulate", sim)]
     running: list[Child] = []
     try:
         progress("starting the worker")
@@ -171,8 +181,14 @@ def children(
         progress("starting the sinks (Redis, metrics)")
         running.append(_spawn("sink", [*exe, "sink", "redis"], env, logs))
         running.append(_spawn("metrics", [*exe, "sink", "metrics"], env, logs))
-        progress(f"starting the simulated cluster (scenario {options.scenario})")
-        running.append(_spawn("simulate", sim, env, logs))
+        names = ", ".join(options.clusters)
+        progress(
+            f"starting the simulated clusters {names} (scenario {options.scenario} each)"
+            if options.clusters
+            else f"starting the simulated cluster (scenario {options.scenario})"
+        )
+        for name, argv in sims:
+            running.append(_spawn(name, argv, env, logs))
         yield running
     finally:
         progress("stopping the worker, the sinks and the simulated cluster")

@@ -45,7 +45,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
 DEADLINE_S = 60.0  # scrapes every second; slack for a loaded 2-core machine
-VARIABLES = {"namespace": POD["namespace"], "pod": POD["pod"], "team": POD["labels"]["team"]}
+VARIABLES = {
+    "cluster": "default",
+    "namespace": POD["namespace"],
+    "pod": POD["pod"],
+    "team": POD["labels"]["team"],
+}
 # No proxies: an http_proxy in the environment must not swallow requests to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -1,11 +1,16 @@
-"""The demo's pure parts: where simulated time starts, the children's environment."""
+"""The demo's pure parts: where simulated time starts, the children's environment, the
+processes it starts for one or several simulated clusters."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpuwatch.cli import build_parser
+from gpuwatch.run import demo
 from gpuwatch.run.demo import DemoOptions, demo_env, epoch_for, where_to_look
 from schemas.settings import Settings
 
@@ -47,3 +52,42 @@ def test_where_to_look_names_prometheus_queries_and_hides_the_redis_password() -
     assert "gpuwatch_waste_usd_total" in text
     assert "hunter2" not in text
     assert "redis://:***@10.0.0.5:6379/0" in text
+
+
+def test_each_cluster_of_the_demo_is_a_simulation_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spawned: list[tuple[str, list[str]]] = []
+
+    def spawn(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> Any:
+        spawned.append((name, list(argv)))
+        return None
+
+    monkeypatch.setattr(demo, "_spawn", spawn)
+    monkeypatch.setattr(demo, "stop", lambda running: None)
+    options = demo.DemoOptions(clusters=("train", "infer"))
+    with demo.children(Settings(), options, tmp_path, lambda message: None):
+        pass
+    sims = {name: argv for name, argv in spawned if name.startswith("simulate")}
+    assert sorted(sims) == ["simulate-infer", "simulate-train"]
+    assert sims["simulate-train"][-2:] == ["--cluster", "train"]
+    assert sims["simulate-infer"][-3:] == ["--cluster", "infer", "--no-metrics"]
+    assert [name for name, _ in spawned][:3] == ["worker", "sink", "metrics"]
+
+    spawned.clear()
+    with demo.children(Settings(), demo.DemoOptions(), tmp_path, lambda message: None):
+        pass
+    assert [name for name, argv in spawned if "--cluster" not in argv] == [
+        "worker",
+        "sink",
+        "metrics",
+        "simulate",
+    ]
+
+
+def test_the_demos_clusters_are_checked_names() -> None:
+    args = build_parser().parse_args(["demo", "--clusters", "train, infer"])
+    assert args.clusters == ("train", "infer")
+    for bad in ("a,a", "a,b c", "a,"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["demo", "--clusters", bad])
