@@ -25,6 +25,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.nvml_sample import GpuReading
 
 __all__ = [
@@ -38,7 +39,10 @@ __all__ = [
 MAX_LABEL_LEN = 253
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what Prometheus 2.x parses
 # `cluster` on every pod, GPU and alert series (and the cost counters): node names and
-# namespaces repeat across the clusters that feed one pipeline.
+# namespaces repeat across the clusters that feed one pipeline. The default cluster's series
+# leave it out, as its messages do (`label_text`): for Prometheus an absent label and an
+# empty one are the same, so `cluster=~".*"` and joins on it still match them, and a
+# single-cluster set-up exposes exactly the series it did before clusters had names.
 POD_LABELS = _POD = ("namespace", "pod", "team", "node", "cluster")
 GPU_LABELS = _GPU = ("node", "gpu", "model", "cluster")
 _POD_STATE, _POD_GPU = (*_POD, "state"), (*_POD, "gpu", "model")
@@ -92,10 +96,18 @@ def clean(value: str | None) -> str:
     return text
 
 
+def shown(name: str, value: str) -> bool:
+    """Whether a label is exposed: all but the default cluster's `cluster`."""
+    return value != DEFAULT_CLUSTER or name != "cluster"
+
+
 def label_text(names: Iterable[str], values: Iterable[str]) -> str:
-    """`name="value",...` with `\\` and `"` escaped (clean values hold no newline)."""
+    """`name="value",...` with `\\` and `"` escaped (clean values hold no newline); the
+    default cluster's `cluster` left out."""
     pairs = zip(names, values, strict=True)
-    return ",".join(f'{name}="{value.translate(_ESCAPE)}"' for name, value in pairs)
+    return ",".join(
+        f'{name}="{value.translate(_ESCAPE)}"' for name, value in pairs if shown(name, value)
+    )
 
 
 @dataclass(slots=True)
@@ -197,7 +209,8 @@ class RowFamily(Metric):
         if not self._built:
             name, names = self.name + self._suffix, self.names
             self._samples = [
-                Sample(name, dict(zip(names, v, strict=True)), x) for v, _, x in self.rows
+                Sample(name, {k: y for k, y in zip(names, v, strict=True) if shown(k, y)}, x)
+                for v, _, x in self.rows
             ]
             self._built = True
         return self._samples

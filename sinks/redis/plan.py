@@ -224,7 +224,7 @@ def _lifecycle(record: PodLifecycle, opts: PlanOptions) -> list[Command]:
     )
     args = [record.uid, str(record.ts), record.to_state, _s(record.reason), record.namespace]
     args += [record.pod, _s(record.node), _json(record.labels), str(opts.finished_ttl_s)]
-    args += [record.cluster]
+    args += [_named(record.cluster)]
     keys_ = (*keys.pod_keys(record.uid), *keys.states())
     return [entry, Command("pod_transition", keys_, tuple(args))]
 
@@ -250,7 +250,7 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
     args += [record.state]
     args += [str(opts.finished_ttl_s), str(opts.leaderboard_ms)]
     args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
-    args += [record.cluster]
+    args += [_named(record.cluster)]
     keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
     keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
     keys_ += [keys.waste_windows()]
@@ -273,10 +273,10 @@ def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
         "value": _s(record.value),
         "subject": _json(record.subject),
         "labels": _json(record.labels),
-        "cluster": record.cluster,
+        **_cluster_field(record.cluster),
     }
     ttl_ms = str(opts.finished_ttl_s * 1000)
-    message = _json({**msgspec.to_builtins(record), "cluster": record.cluster})
+    message = _json(msgspec.to_builtins(record))  # `cluster` as the alert has it
     state = (record.fingerprint, record.status, str(record.ts), message, ttl_ms)
     stream = (identity, str(record.ts), str(opts.alerts_maxlen), "0", *_flat(fields))
     commands = [
@@ -329,8 +329,7 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
             _json(r.pods),
             "idle_since",
             "" if r.idle_since is None else str(r.idle_since),
-            "cluster",
-            r.cluster,
+            *(("cluster", r.cluster) if r.cluster != DEFAULT_CLUSTER else ()),
         )
         for r in records
     ]
@@ -341,7 +340,7 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
 def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
     """The GPU hash's latest-window fields, unless a newer window already wrote them."""
     fields = {
-        "cluster": record.cluster,
+        **_cluster_field(record.cluster),
         "node": record.node,
         "model": record.model,
         "window_end": str(record.window_end),
@@ -365,6 +364,17 @@ def _share(used: float, allocated: float, method: str) -> float | None:
 def _nano(usd: float) -> int:
     """US dollars as integer nano-dollars (exact to sum, far below a cent of rounding)."""
     return round(usd * NANO)
+
+
+def _named(cluster: str) -> str:
+    """A named cluster, or "" for the default one (whose hashes have no `cluster` field)."""
+    return "" if cluster == DEFAULT_CLUSTER else cluster
+
+
+def _cluster_field(cluster: str) -> dict[str, str]:
+    """The `cluster` field of a hash or stream entry: a named cluster's only, as its records
+    have it, so a single-cluster set-up writes exactly the fields it wrote before."""
+    return {} if cluster == DEFAULT_CLUSTER else {"cluster": cluster}
 
 
 def _s(value: str | float | None) -> str:

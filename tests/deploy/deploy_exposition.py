@@ -55,30 +55,34 @@ POD = example("gpuwatch.pod.lifecycle/v1")
 """The example pod (ml/train-0, team vision), stalled; two more pods of it: queued, running."""
 
 
-def worker_metrics(registry: CollectorRegistry) -> WorkerMetrics:
+def worker_metrics(registry: CollectorRegistry, cluster: str | None = None) -> WorkerMetrics:
     """A worker that has seen pods in three states, their usage and windows, three GPUs
-    (busy, idle and allocated, free but used by a pod not holding it), an alert."""
+    (busy, idle and allocated, free but used by a pod not holding it), an alert; all of
+    the default cluster, or of the named `cluster` (whose series have a `cluster` label)."""
     metrics = WorkerMetrics(registry, clock=lambda: 0.0)
+    named = {} if cluster is None else {"cluster": cluster}
     gpus = example("gpuwatch.nvml.sample/v1")["gpus"]
     busy, idle, free = (gpus[0]["uuid"], "GPU-idle-allocated", "GPU-unallocated")
     pods = {"stalled": POD["uid"], "queued": "uid-queued", "running": "uid-running"}
     for state, uid in pods.items():
         name = {"stalled": POD["pod"], "queued": "wait-0", "running": "serve-0"}[state]
-        record = POD | {"uid": uid, "pod": name, "to_state": state, "ts": T0}
+        record = POD | {"uid": uid, "pod": name, "to_state": state, "ts": T0} | named
         metrics.observe_lifecycle(msgspec.convert(record, PodLifecycle))
-    usage = example("gpuwatch.pod.usage/v1") | {"ts": T0, "end_ts": T0 + 5000}
+    usage = example("gpuwatch.pod.usage/v1") | {"ts": T0, "end_ts": T0 + 5000} | named
     metrics.observe_usage(msgspec.convert(usage, PodUsage))
     usage["gpus"][0] |= {"uuid": idle, "share_mean": 0.01}
     metrics.observe_usage(msgspec.convert(usage | {"uid": pods["running"]}, PodUsage))
     window = {"window_start": T0, "window_end": T0 + 60_000, "ts": T0 + 60_000}
     metrics.observe_attribution(
-        msgspec.convert(example("gpuwatch.attribution/v1") | window, Attribution)
+        msgspec.convert(example("gpuwatch.attribution/v1") | window | named, Attribution)
     )
     metrics.observe_gpu_window(
-        msgspec.convert(example("gpuwatch.gpu.window/v1") | window | {"uuid": busy}, GpuWindow)
+        msgspec.convert(
+            example("gpuwatch.gpu.window/v1") | window | {"uuid": busy} | named, GpuWindow
+        )
     )
     process = gpus[0]["processes"][0]
-    sample = example("gpuwatch.nvml.sample/v1") | {"ts": T0 + 1000}
+    sample = example("gpuwatch.nvml.sample/v1") | {"ts": T0 + 1000} | named
     sample["gpus"] = [
         gpus[0] | {"processes": [process | {"pod_uid": pods["stalled"]}]},
         gpus[0] | {"uuid": idle, "index": 1, "util_pct": 2.0, "processes": []},
@@ -91,16 +95,16 @@ def worker_metrics(registry: CollectorRegistry) -> WorkerMetrics:
         allocation | {"pod_uid": pods["running"], "pod": "serve-0", "device_ids": [idle]},
     ]
     metrics.observe_sample(msgspec.convert(sample, NvmlSample))
-    metrics.observe_alert(msgspec.convert(example("gpuwatch.alert/v1"), Alert))
+    metrics.observe_alert(msgspec.convert(example("gpuwatch.alert/v1") | named, Alert))
     metrics.count_event("gpuwatch.nvml.samples", 3)
     metrics.count_deadletter("gpuwatch.k8s.pods", "schema")
     metrics.set_lag(1.5)
     return metrics
 
 
-def worker_exposition() -> Exported:
+def worker_exposition(cluster: str | None = None) -> Exported:
     """What `worker_metrics` renders."""
-    metrics = worker_metrics(CollectorRegistry())
+    metrics = worker_metrics(CollectorRegistry(), cluster)
     return _read(exposition(metrics.registry).decode())
 
 
@@ -185,7 +189,9 @@ def gpuwatch_exposition() -> Exported:
     """Every name the gpuwatch processes export, with their labels."""
     sinks = (redis_sink_registry(), metrics_sink_registry())
     merged: dict[str, frozenset[str]] = {}
-    parts = [worker_exposition(), agent_exposition(), watcher_exposition()]
+    # A named cluster's series have the `cluster` label the default cluster's leave out.
+    parts = [worker_exposition(), worker_exposition("east"), agent_exposition()]
+    parts += [watcher_exposition()]
     parts += [_read(generate_latest(registry).decode()) for registry in sinks]
     for part in parts:
         for name, labels in part.items():

@@ -46,7 +46,7 @@ DASHBOARDS = sorted((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
 DEADLINE_S = 60.0  # scrapes every second; slack for a loaded 2-core machine
 VARIABLES = {
-    "cluster": "default",
+    "cluster": ".*",  # the variable's All: the default cluster's series have no cluster label
     "namespace": POD["namespace"],
     "pod": POD["pod"],
     "team": POD["labels"]["team"],

@@ -106,3 +106,48 @@ def _uid(client: redis.Redis, pod: str) -> str:
             if client.hget(f"gpuwatch:pod:{uid}", "pod") == pod:
                 return str(uid)
     raise AssertionError(f"no pod {pod} in Redis")
+
+
+def test_two_simulated_clusters_are_told_apart_and_filtered_in_top(
+    stack: Settings, demo_scope: dict[str, str]
+) -> None:
+    """`demo --clusters`: the same scenario twice, the same node and pod names, one pipeline."""
+    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "10"]
+    argv += ["--duration", "60", "--no-ui", "--clusters", "train,infer"]
+    env = {**os.environ, **demo_scope}
+    result = run_command(argv, timeout_s=300, env=env)
+    assert result.returncode == 0, result.stderr + result.stdout
+
+    client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
+    notebooks = {}
+    for state in ("queued", "running", "stalled", "finished"):
+        for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
+            fields = client.hgetall(f"gpuwatch:pod:{uid}")
+            if fields.get("pod") == "notebook-ana-0":
+                notebooks[fields["cluster"]] = (uid, state, fields.get("node"))
+    assert sorted(notebooks) == ["infer", "train"], notebooks
+    (uid_a, state_a, node_a), (uid_b, state_b, node_b) = notebooks.values()
+    assert uid_a != uid_b
+    assert node_a == node_b  # the same node name in both clusters
+    assert state_a == state_b == "stalled"
+    alerts = [json.loads(raw) for raw in client.hgetall("gpuwatch:alerts:firing").values()]
+    stalled = {a["labels"].get("cluster") for a in alerts if a["name"] == "PodStalled"}
+    assert stalled >= {"train", "infer"}, alerts
+
+    top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
+    assert "clusters: infer train" in top
+    rows = [line.split() for line in top.splitlines() if "notebook-ana-0" in line]
+    assert sorted(row[0] for row in rows if row[1] == "research/notebook-ana-0") == [
+        "infer",
+        "train",
+    ]
+
+    one = run_command(
+        [str(GPUWATCH), "top", "--once", "--json", "--cluster", "infer"], timeout_s=60, env=env
+    )
+    assert one.returncode == 0, one.stderr
+    doc = json.loads(one.stdout)
+    assert doc["clusters"] == ["infer", "train"]
+    assert doc["pods"]
+    assert {p["cluster"] for p in doc["pods"]} == {"infer"}
+    assert {g["cluster"] for g in doc["gpus"]} == {"infer"}

@@ -21,8 +21,9 @@ if cur[1] and RANK[cur[1]] and cur[2] then
 end
 local updated = ARGV[2]
 if cur[3] and tonumber(cur[3]) and tonumber(cur[3]) > ts then updated = cur[3] end
-redis.call('HSET', KEYS[1], 'cluster', ARGV[10], 'namespace', ARGV[5], 'pod', ARGV[6],
-  'labels', ARGV[8], 'state', state, 'state_since', ARGV[2], 'reason', reason, 'updated_at', updated)
+redis.call('HSET', KEYS[1], 'namespace', ARGV[5], 'pod', ARGV[6], 'labels', ARGV[8],
+  'state', state, 'state_since', ARGV[2], 'reason', reason, 'updated_at', updated)
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'cluster', ARGV[10]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'node', ARGV[7])
 else redis.call('HSETNX', KEYS[1], 'node', '') end
 for i = 5, 8 do redis.call('ZREM', KEYS[i], uid) end

@@ -24,8 +24,8 @@ for i, kind in ipairs({'cost', 'waste'}) do
   totals[i] = usd(total)
 end
 local cur = redis.call('HMGET', KEYS[1], 'window_start', 'updated_at', 'state')
-local f = {'cluster', ARGV[18], 'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1],
-  'waste_usd', totals[2]}
+local f = {'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1], 'waste_usd', totals[2]}
+if ARGV[18] ~= '' then f[#f + 1] = 'cluster'; f[#f + 1] = ARGV[18] end
 if not cur[1] or tonumber(ws) >= tonumber(cur[1]) then
   for _, v in ipairs({'window_start', ws, 'labels', ARGV[5], 'vram_bytes', ARGV[10],
       'share', ARGV[11], 'gpus', ARGV[12]}) do f[#f + 1] = v end

@@ -18,7 +18,9 @@ from streams.core.gpu_alerts import on_sample
 
 FIRING = "gpuwatch_alert_firing"
 SINCE = "gpuwatch_alert_firing_since_seconds"
-EMPTY = dict.fromkeys(ALERT_LABELS, "")
+# Every label of an alert series, empty where it does not apply; the default cluster's
+# series have no `cluster` label at all.
+EMPTY = dict.fromkeys((name for name in ALERT_LABELS if name != "cluster"), "")
 
 
 def alert(
@@ -57,8 +59,7 @@ def firing(metrics: WorkerMetrics) -> list[dict[str, str]]:
 
 
 IDLE = {"alertname": "GpuIdleAllocated", "severity": "warning", "namespace": "ml",
-        "pod": "train-0", "node": "n1", "gpu": "GPU-1", "model": "H100",
-        "cluster": "default"}  # fmt: skip
+        "pod": "train-0", "node": "n1", "gpu": "GPU-1", "model": "H100"}  # fmt: skip
 
 
 def test_a_firing_alert_is_one_series_of_1_with_its_start_in_epoch_seconds() -> None:
@@ -125,7 +126,7 @@ def test_a_gpu_shared_by_two_pods_has_a_series_per_pod_and_resolves_both() -> No
     labels = {"node": "n7", "gpu": "GPU-7", "model": "L4", "pods": "research/nb-a,research/nb-b"}
     metrics.observe_alert(alert(labels=labels))
     shared = {"alertname": "GpuIdleAllocated", "severity": "warning", "namespace": "research",
-              "node": "n7", "gpu": "GPU-7", "model": "L4", "cluster": "default"}  # fmt: skip
+              "node": "n7", "gpu": "GPU-7", "model": "L4"}  # fmt: skip
     assert firing(metrics) == [shared | {"pod": "nb-a"}, shared | {"pod": "nb-b"}]
     assert value(metrics, "gpuwatch_metrics_tracked", kind="alert") == 2
     metrics.observe_alert(alert(status="resolved", ts=T0 + S, labels=labels))
@@ -140,7 +141,7 @@ def test_two_unnamed_pods_on_one_gpu_stay_apart_by_pod_uid() -> None:
             alert("GpuUnallocatedAccess", fingerprint=uid, labels=labels, severity="critical")
         )
     leak = {"alertname": "GpuUnallocatedAccess", "severity": "critical", "node": "n1",
-            "gpu": "GPU-1", "model": "H100", "cluster": "default"}  # fmt: skip
+            "gpu": "GPU-1", "model": "H100"}  # fmt: skip
     assert firing(metrics) == [leak | {"pod_uid": "uid-a"}, leak | {"pod_uid": "uid-b"}]
 
 
@@ -153,10 +154,9 @@ def test_pod_and_node_alerts_carry_their_subject() -> None:
               severity="critical")
     )  # fmt: skip
     assert firing(metrics) == [
-        {"alertname": "NodeTelemetryMissing", "severity": "critical", "node": "n9",
-         "cluster": "default"},
+        {"alertname": "NodeTelemetryMissing", "severity": "critical", "node": "n9"},
         {"alertname": "PodStalled", "severity": "warning", "namespace": "ml", "pod": "job-u1",
-         "team": "vision", "node": "n1", "pod_uid": "u1", "cluster": "default"},
+         "team": "vision", "node": "n1", "pod_uid": "u1"},
     ]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from schemas.attribution import Attribution
 from schemas.gpu_window import GpuWindow
 from sinks.prometheus.metrics import WorkerMetrics
 
-TEAM = {"namespace": "ml", "team": "vision", "cluster": "default"}
+TEAM = {"namespace": "ml", "team": "vision"}
 MINUTE = 60 * S
 
 
@@ -43,13 +43,12 @@ def test_windows_of_different_pods_and_teams_count_apart() -> None:
         attribution("u3", start=T0, cost_usd=4.0, labels={"team": "nlp"}, namespace="research")
     )
     assert value(metrics, "gpuwatch_cost_usd_total", **TEAM) == 3.0
-    research = {"namespace": "research", "team": "nlp", "cluster": "default"}
-    assert value(metrics, "gpuwatch_cost_usd_total", **research) == 4.0
+    assert value(metrics, "gpuwatch_cost_usd_total", namespace="research", team="nlp") == 4.0
 
 
 def test_idle_seconds_split_allocated_and_not_and_a_replayed_window_adds_once() -> None:
     metrics = worker()
-    labels = {"node": "n1", "gpu": "GPU-1", "model": "H100", "cluster": "default"}
+    labels = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
     metrics.observe_gpu_window(window(start=T0, idle_seconds=50.0, allocated_idle_seconds=20.0))
     metrics.observe_gpu_window(window(start=T0, idle_seconds=50.0, allocated_idle_seconds=20.0))
     metrics.observe_gpu_window(window(start=T0 + MINUTE, idle_seconds=10.0))

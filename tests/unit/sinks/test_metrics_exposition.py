@@ -34,13 +34,10 @@ def test_values_read_back_through_a_fresh_registry() -> None:
     metrics = populated()
     text = parsed(generate_latest(metrics.registry))
     pod = {"namespace": "ml", "node": "n1", "pod": "train-0", "team": "vision"}
-    pod |= {"cluster": "default"}
     running = tuple(sorted((pod | {"state": "running"}).items()))
     assert ("gpuwatch_pod_state", running, 1.0) in text
-    ml = {"namespace": "ml", "team": "vision", "cluster": "default"}
-    assert value(metrics, "gpuwatch_cost_usd_total", **ml) == 0.0658
-    gpu_1 = {"node": "n1", "gpu": "GPU-1", "model": "H100", "cluster": "default"}
-    assert value(metrics, "gpuwatch_gpu_unallocated_access", **gpu_1)
+    assert value(metrics, "gpuwatch_cost_usd_total", namespace="ml", team="vision") == 0.0658
+    assert value(metrics, "gpuwatch_gpu_unallocated_access", node="n1", gpu="GPU-1", model="H100")
 
 
 def test_other_collectors_of_the_registry_are_exposed_too() -> None:
@@ -74,7 +71,7 @@ def test_finished_pods_make_room_for_new_ones_at_the_cap() -> None:
     assert value(metrics, "gpuwatch_metrics_tracked", kind="pod") == 1000
     assert value(metrics, "gpuwatch_metrics_series_dropped_total", kind="pod") == 0
     assert value(metrics, "gpuwatch_pod_state", namespace="ml", pod="live-0", team="vision",
-                 node="n1", cluster="default", state="running") == 1  # fmt: skip
+                 node="n1", state="running") == 1  # fmt: skip
 
 
 def test_gpu_and_label_set_caps() -> None:

@@ -16,7 +16,7 @@ from sinks.consumer import KafkaClient
 from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
 from sinks.prometheus.metrics import WorkerMetrics
 
-POD = FIXTURE_POD | {"cluster": "default"}  # records that name no cluster
+POD = FIXTURE_POD  # records that name no cluster: no cluster label
 SETTINGS = Settings()
 PREFIX = SETTINGS.kafka.topic_prefix
 LIFECYCLE, ATTRIB, SAMPLES = (
@@ -122,7 +122,7 @@ def test_records_feed_the_pod_and_gpu_metrics() -> None:
     f.step(consumer)
     assert f.records == 2
     assert pod_state(metrics, "running") == 1
-    util = {"node": "n1", "gpu": "GPU-1", "model": "H100", "cluster": "default"}
+    util = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
     assert metrics.registry.get_sample_value("gpuwatch_gpu_utilization_ratio", util) == 0.75
 
 

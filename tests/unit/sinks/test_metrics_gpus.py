@@ -7,7 +7,7 @@ from support.metric_records import T0, Clock, S, gpu, sample, series, value, win
 
 def labels(uuid: str, node: str = "n1") -> dict[str, str]:
     """The label set of a GPU of the fixtures."""
-    return {"node": node, "gpu": uuid, "model": "H100", "cluster": "default"}
+    return {"node": node, "gpu": uuid, "model": "H100"}
 
 
 def test_utilization_and_allocation_of_each_gpu_of_the_sample() -> None:

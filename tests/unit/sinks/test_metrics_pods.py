@@ -19,7 +19,7 @@ from support.metric_records import (
 from sinks.prometheus.collector import MAX_LABEL_LEN
 from sinks.prometheus.metrics import SWEEP_EVERY_S
 
-POD = FIXTURE_POD | {"cluster": "default"}  # records that name no cluster
+POD = FIXTURE_POD  # records that name no cluster: no cluster label
 GPU = "GPU-8f3c2a1e-5b7d-4c9a-8e6f-1d2b3c4a5e6f"  # the examples' GPU
 GPU_LABELS = POD | {"gpu": GPU, "model": "NVIDIA H100 80GB HBM3"}
 

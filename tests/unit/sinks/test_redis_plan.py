@@ -123,7 +123,7 @@ def test_lifecycle_plans_timeline_entry_then_transition() -> None:
         "gpu-node-17",
         labels,
         "600",
-        "default",
+        "",  # the cluster: none named
     )
 
 
@@ -156,7 +156,7 @@ def test_attribution_plans_exact_nano_dollars_and_window_keys() -> None:
     assert float(share) == pytest.approx(51.6 / 60)
     assert msgspec.json.decode(gpus)[0]["uuid"] == GPU_0
     assert (state, ttl, hour) == ("running", "600", "3600000")
-    assert command.args[15:] == ("t:waste:pods:", "t:waste:namespaces:", "default")
+    assert command.args[15:] == ("t:waste:pods:", "t:waste:namespaces:", "")
 
 
 def test_attribution_share_is_unknown_without_a_reading() -> None:
@@ -211,7 +211,6 @@ def test_gpu_live_is_coalesced_to_the_newest_reading_per_gpu_in_batch_order() ->
         "mem_total_bytes": "80",
         "pods": f'["{POD_UID}"]',
         "idle_since": "500",
-        "cluster": "default",
     }
 
 
