@@ -1,0 +1,129 @@
+"""Two clusters through one worker: each cluster's records are its own and add up alone.
+
+The same history twice in one set of topics: once as the default cluster (no field), once
+as the cluster `east`, with the same node names, the same pod names and times, and pod
+uids and GPU uuids of its own (as real clusters have). One worker works both off as a
+backlog. Every pod of both clusters must add up to its samples, as the history alone
+does (`test_worker_backlog.py` proves a cluster alone adds up); and every derived record
+of `east` names it, the default cluster's records name none, and no record of one names
+a pod or GPU of the other.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from backlog_runs import PARTITIONS, messages, mismatches, totals
+from histories import History, long_history
+from topic_io import NewScope, consume_all, topic_scopes
+from worker_fixtures import StartWorker, produce, wait_for
+
+from schemas.attribution import TOPIC as ATTRIBUTION
+from schemas.gpu_window import TOPIC as GPU_WINDOWS
+from schemas.pod_lifecycle import TOPIC as POD_LIFECYCLE
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+EAST = "east"
+_UID_KEYS = frozenset({"uid", "pod_uid"})
+_UUID_KEYS = frozenset({"uuid", "parent_uuid"})
+
+
+@pytest.fixture
+def scope(stack: Settings) -> Iterator[NewScope]:
+    with topic_scopes(stack, partitions=PARTITIONS) as new:
+        yield new
+
+
+def east_uid(uid: str) -> str:
+    return "e" + uid[1:]
+
+
+def east_uuid(uuid: str) -> str:
+    kind, _, rest = uuid.partition("-")
+    return f"{kind}-e{rest[1:]}"
+
+
+def _east(value: Any) -> Any:
+    """A message value of the history as the cluster `east` sends it."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key in _UID_KEYS and isinstance(item, str):
+                out[key] = east_uid(item)
+            elif key in _UUID_KEYS and isinstance(item, str):
+                out[key] = east_uuid(item)
+            elif key == "device_ids":
+                out[key] = [east_uuid(d) for d in item]
+            else:
+                out[key] = _east(item)
+        return out
+    if isinstance(value, list):
+        return [_east(item) for item in value]
+    return value
+
+
+def both_clusters(settings: Settings, history: History) -> list[tuple[str, bytes, bytes, None]]:
+    """The history's messages as the default cluster and as `east`, interleaved in time."""
+    out = []
+    for (topic, key, value, _), item in zip(
+        messages(settings, history), history.inputs(), strict=True
+    ):
+        out.append((item.ts, 0, topic, key, value))
+        east = _east(json.loads(value)) | {"cluster": EAST}
+        east_key = key if topic.endswith("nvml.samples") else east_uid(key.decode()).encode()
+        out.append((item.ts, 1, topic, east_key, json.dumps(east).encode()))
+    out.sort(key=lambda row: (row[0], row[1]))
+    return [(topic, key, value, None) for _, _, topic, key, value in out]
+
+
+def test_two_clusters_with_the_same_names_add_up_each_on_its_own(
+    scope: NewScope, start_worker: StartWorker
+) -> None:
+    t0 = (int(time.time() * 1000) - 4 * 3_600_000) // 60_000 * 60_000  # within retention
+    history = long_history(t0, hours=3, nodes=4, gpus=4, interval_ms=57_000, seed=7)
+    backlog = scope()
+    produce(backlog, both_clusters(backlog, history))
+    want = history.expected()
+    want_both = want | {east_uid(uid): v for uid, v in want.items()}
+    assert len(want_both) == 2 * len(want) > 20
+    worker = start_worker(backlog)
+    last: list[str] = []
+
+    def added_up() -> bool:
+        last[:] = mismatches(totals(backlog), want_both)
+        return not last
+
+    try:
+        wait_for("both clusters' pods to add up to their samples", added_up, worker, 240)
+    except BaseException as exc:
+        raise AssertionError(f"{len(last)} pods do not add up: {last[:10]}") from exc
+    worker.stop()
+    assert worker.counters()["late"] == 0
+    assert worker.counters()["deadletter"] == 0
+
+    prefix = backlog.kafka.topic_prefix
+    east_uids = {east_uid(uid) for uid in want}
+    for spec in (ATTRIBUTION, POD_LIFECYCLE):
+        named = {"default": 0, EAST: 0}
+        for record in consume_all(backlog, spec.full_name(prefix)):
+            value = json.loads(record.value)
+            cluster = value.get("cluster", "default")
+            named[cluster] += 1
+            assert (value["uid"] in east_uids) == (cluster == EAST), value
+        assert named["default"] > 0, spec.name
+        assert named[EAST] > 0, spec.name
+    windows = {"default": set(), EAST: set()}
+    for record in consume_all(backlog, GPU_WINDOWS.full_name(prefix)):
+        value = json.loads(record.value)
+        windows[value.get("cluster", "default")].add((value["node"], value["window_start"]))
+        assert value["uuid"].split("-", 1)[1].startswith("e") == (value.get("cluster") == EAST), (
+            value
+        )
+    # The same node names, window for window: each cluster's GPUs are its own.
+    assert windows["default"] == windows[EAST]
