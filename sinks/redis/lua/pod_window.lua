@@ -1,7 +1,8 @@
 -- KEYS pod, windows, timeline, seen, waste pods/namespaces of the window, of the hour,
 -- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
 -- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
--- prefixes (pods, namespaces), cluster. Totals and leaderboards move by the difference to the
+-- prefixes (pods, namespaces), cluster ('' for the default one; a named cluster's namespaces
+-- rank as cluster/namespace). Totals and leaderboards move by the difference to the
 -- value stored for this window, in nano-USD: a replay moves them by exactly zero.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
@@ -53,7 +54,8 @@ old = math.floor(old * 1e9 + 0.5)
 if new ~= old then
   if new > 0 then redis.call('ZADD', KEYS[5], usd(new), uid)
   else redis.call('ZREM', KEYS[5], uid) end
-  for _, km in ipairs({{KEYS[6], ns}, {KEYS[7], uid}, {KEYS[8], ns}}) do
+  local ns_member = ARGV[18] == '' and ns or (ARGV[18] .. '/' .. ns)
+  for _, km in ipairs({{KEYS[6], ns_member}, {KEYS[7], uid}, {KEYS[8], ns_member}}) do
     bump(km[1], km[2], usd(new - old))
   end
 end

@@ -265,6 +265,23 @@ def test_waste_leaderboards_cover_the_last_hour(
     assert client.hget(f"{prefix}pod:{old}", "waste_usd") == "0.500000000"  # lifetime total stays
 
 
+def test_a_named_clusters_pods_and_namespaces_are_written_as_its_own(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    # The same namespace in the default cluster and in `east`: two leaderboard members;
+    # the default cluster's hash has no cluster field, east's has one.
+    with make_sink(stack, prefix) as sink:
+        sink.apply([move("pod-d", 1000, "running"), move("pod-e", 1000, "running", cluster="east")])
+        sink.apply([window("pod-d", 0, 0.5), window("pod-e", 0, 0.25, cluster="east")])
+    assert client.zrevrange(f"{prefix}waste:namespaces", 0, -1, withscores=True) == [
+        ("ml", 0.5),
+        ("east/ml", 0.25),
+    ]
+    assert "cluster" not in client.hgetall(f"{prefix}pod:pod-d")
+    assert client.hget(f"{prefix}pod:pod-e", "cluster") == "east"
+    assert client.hget(f"{prefix}pod:pod-e", "waste_usd") == "0.250000000"
+
+
 def test_timeline_is_capped_and_deduplicates_past_the_cap(
     stack: Settings, client: redis.Redis, prefix: str
 ) -> None:
