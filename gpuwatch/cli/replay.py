@@ -56,7 +56,8 @@ def add_parser(verbs: Any) -> None:
         dest="replay_cluster",
         metavar="NAME",
         help="only records of this cluster, where many clusters feed one pipeline (node "
-        "names repeat across clusters; default: every cluster)",
+        "names repeat across clusters; default: every cluster); with --rerun, only its "
+        "inputs are re-processed",
     )
     replay.add_argument(
         "--from",
@@ -165,11 +166,6 @@ def _replay_rerun(
 
     if not (args.rerun and args.to_prefix):
         raise UserFacingError("replay: re-processing takes both --rerun and --to-prefix NAME.")
-    if args.replay_cluster:
-        raise UserFacingError(
-            "replay: --rerun re-processes every cluster of the range; read one afterwards "
-            "with `gpuwatch --topic-prefix NAME. replay --cluster NAME --node ...`"
-        )
     if args.pod or args.gpu or args.replay_node or args.plot:
         raise UserFacingError(
             "replay: --rerun re-processes every pod of the range; read one afterwards with "
@@ -181,6 +177,7 @@ def _replay_rerun(
         margin_ms=margin_ms,
         redis_url=args.rerun_redis_url,
         config=args.config,
+        cluster=args.replay_cluster,
     )
     try:
         result = rerun(settings, options, Progress(), progress)

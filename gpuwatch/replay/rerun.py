@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+import msgspec
+
 from gpuwatch import kafka
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Hit, Progress, RangeReader, ReadError
@@ -53,6 +55,7 @@ from schemas import (
     SchemaError,
     TopicSpec,
 )
+from schemas.fields import DEFAULT_CLUSTER
 from schemas.settings import Settings
 from sinks.redis.sink import redact_url
 
@@ -85,6 +88,8 @@ class RerunOptions:
     redis_url: str | None = None
     config: Path | None = None
     log_dir: Path | None = None
+    cluster: str | None = None
+    """Only this cluster's inputs are copied and re-processed (None: every cluster's)."""
 
 
 @dataclass
@@ -96,6 +101,7 @@ class RerunResult:
     redis_url: str
     span: TimeRange
     settings: dict[str, Any]
+    cluster: str | None = None
     copied: dict[str, int] = field(default_factory=dict)
     before_range: dict[str, int] = field(default_factory=dict)
     derived: dict[str, int] = field(default_factory=dict)
@@ -202,6 +208,7 @@ def rerun(
                 redis_url=redact_url(redis_url),
                 span=span,
                 settings=settings.rules.model_dump() | settings.windows.model_dump(),
+                cluster=options.cluster,
             )
             _copy(
                 reader,
@@ -211,6 +218,7 @@ def rerun(
                 copy_span=copy_span,
                 margin_ms=options.margin_ms,
                 result=result,
+                cluster=options.cluster,
             )
             started = time.monotonic()
             log = log_path(options.log_dir, target)
@@ -269,8 +277,11 @@ def _copy(
     copy_span: TimeRange,
     margin_ms: int,
     result: RerunResult,
+    cluster: str | None = None,
 ) -> None:
-    """Each input's records of the range, same key and partition, the states before first."""
+    """Each input's records of the range, same key and partition, the states before first;
+    of `cluster` alone when given. The live windows the rerun is compared with are those of
+    the pods and GPUs it made windows for, so of that cluster too."""
     prefix = live.kafka.topic_prefix
     producer = kafka.producer(live.kafka, acks="all", linger_ms=20)
     try:
@@ -278,16 +289,21 @@ def _copy(
             name = spec.full_name(prefix)
             stateful = spec is not NVML_SAMPLES
             plan = reader.plan([name], copy_span, from_beginning=stateful)
-            last: dict[bytes | None, Hit] = {}
+            # Node names (the key of k8s.nodes) repeat across clusters: a state is the last
+            # of its key in its cluster.
+            last: dict[tuple[str | None, bytes | None], Hit] = {}
             kept: list[Hit] = []
             for hit in reader.read(plan, [name], copy_span, margin_ms):
+                of = cluster_of(hit.value) if cluster is not None or stateful else None
+                if cluster is not None and of != cluster:
+                    continue
                 if copy_span.holds(hit.ts):
                     if stateful:
                         kept.append(hit)  # after the states before the range, below
                     else:
                         _send(producer, spec, target, hit, result)
-                elif stateful and hit.ts < span.start_ms and hit.ts >= _ts(last.get(hit.key)):
-                    last[hit.key] = hit
+                elif stateful and hit.ts < span.start_ms and hit.ts >= _ts(last.get((of, hit.key))):
+                    last[(of, hit.key)] = hit
             before = sorted((h for h in last.values() if in_cluster(spec, h)), key=lambda h: h.ts)
             for hit in [*before, *kept]:
                 _send(producer, spec, target, hit, result)
@@ -300,6 +316,22 @@ def _copy(
         raise RerunError(f"copying the inputs failed: {exc!r}") from exc
     finally:
         producer.close()
+
+
+class _ClusterOf(msgspec.Struct):
+    cluster: str = DEFAULT_CLUSTER
+
+
+_CLUSTER_OF = msgspec.json.Decoder(_ClusterOf)
+
+
+def cluster_of(raw: bytes) -> str | None:
+    """The cluster an input message names (the default one when it names none); None when
+    it is not a JSON object with a string `cluster` (the worker dead-letters it)."""
+    try:
+        return _CLUSTER_OF.decode(raw).cluster
+    except msgspec.DecodeError:
+        return None
 
 
 def _ts(hit: Hit | None) -> int:

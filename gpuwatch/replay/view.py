@@ -299,7 +299,8 @@ def render_rerun(result: RerunResult) -> str:
     rules = "  ".join(f"{k} {result.settings[k]:g}" for k in _RULES if k in result.settings)
     lines = [
         f"gpuwatch replay --rerun  {format_time(span.start_ms)} -> {format_time(span.end_ms)} "
-        f"UTC (whole windows) into prefix {result.prefix!r}",
+        f"UTC (whole windows) into prefix {result.prefix!r}"
+        + ("" if result.cluster is None else f", cluster {result.cluster} only"),
         f"  settings  {rules}",
         f"  copied    {copied}",
         f"  worker    app id {result.app_id}, Redis {result.redis_url}, caught up in "

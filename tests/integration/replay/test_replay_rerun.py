@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+from clusters import in_cluster, other_uid
 from conftest import RunCli, Sandbox
 from topic_io import NewScope, consume_all
 from worker_fixtures import FINISH_S, TICKS, WINDOW_MS, S, aligned_t0, decoded, produce, scenario
@@ -120,3 +121,33 @@ def test_the_live_prefix_and_redis_are_refused(new_scope: NewScope, run_cli: Run
     code, _, err = run_cli(live, *args)
     assert code == 1
     assert "is the live Redis database" in err
+
+
+def test_a_rerun_of_one_cluster_re_processes_its_inputs_alone(
+    new_scope: NewScope, run_cli: RunCli, sandbox: Sandbox
+) -> None:
+    """The same 90 s as the default cluster and as `east` (same node and pod names):
+    `--cluster east` copies east's inputs alone, its node state included, and its windows
+    are east's pods'."""
+    live = new_scope()
+    case = scenario(live, aligned_t0())
+    produce(live, [*case.messages, *(in_cluster(m, "east") for m in case.messages)])
+    target = live.kafka.topic_prefix.rstrip(".") + "-rerun."
+    sandbox.prefixes.append(target)
+    t0 = case.t0
+    args = ["--rerun", "--to-prefix", target, "--from", str(t0), "--to", str(t0 + TICKS * S)]
+    code, out, err = run_cli(live, *args, "--cluster", "east", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["cluster"] == "east"
+    assert result["copied"] == {"k8s.pods": 4, "nvml.samples": TICKS}  # one cluster's
+    assert result["before_range"] == {"k8s.nodes": 0, "k8s.pods": 2, "nvml.samples": 0}
+    rerun = Settings.model_validate(
+        live.model_dump() | {"kafka": live.kafka.model_dump() | {"topic_prefix": target}}
+    )
+    records = decoded(rerun, ATTRIBUTION)
+    assert {(a.uid, a.cluster) for a in records} == {
+        (other_uid(case.training.uid), "east"),
+        (other_uid(case.idle.uid), "east"),
+    }
+    assert result["rerun_totals"]["pod_windows"] == 4

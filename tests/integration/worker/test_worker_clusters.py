@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from backlog_runs import PARTITIONS, messages, mismatches, totals
+from clusters import in_cluster, other_uid
 from histories import History, long_history
 from topic_io import NewScope, consume_all, topic_scopes
-from worker_fixtures import StartWorker, produce, wait_for
+from worker_fixtures import Message, StartWorker, produce, wait_for
 
 from schemas.attribution import TOPIC as ATTRIBUTION
 from schemas.gpu_window import TOPIC as GPU_WINDOWS
@@ -30,8 +30,6 @@ from schemas.settings import Settings
 pytestmark = pytest.mark.integration
 
 EAST = "east"
-_UID_KEYS = frozenset({"uid", "pod_uid"})
-_UUID_KEYS = frozenset({"uuid", "parent_uuid"})
 
 
 @pytest.fixture
@@ -40,46 +38,14 @@ def scope(stack: Settings) -> Iterator[NewScope]:
         yield new
 
 
-def east_uid(uid: str) -> str:
-    return "e" + uid[1:]
-
-
-def east_uuid(uuid: str) -> str:
-    kind, _, rest = uuid.partition("-")
-    return f"{kind}-e{rest[1:]}"
-
-
-def _east(value: Any) -> Any:
-    """A message value of the history as the cluster `east` sends it."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if key in _UID_KEYS and isinstance(item, str):
-                out[key] = east_uid(item)
-            elif key in _UUID_KEYS and isinstance(item, str):
-                out[key] = east_uuid(item)
-            elif key == "device_ids":
-                out[key] = [east_uuid(d) for d in item]
-            else:
-                out[key] = _east(item)
-        return out
-    if isinstance(value, list):
-        return [_east(item) for item in value]
-    return value
-
-
-def both_clusters(settings: Settings, history: History) -> list[tuple[str, bytes, bytes, None]]:
+def both_clusters(settings: Settings, history: History) -> list[Message]:
     """The history's messages as the default cluster and as `east`, interleaved in time."""
-    out = []
-    for (topic, key, value, _), item in zip(
-        messages(settings, history), history.inputs(), strict=True
-    ):
-        out.append((item.ts, 0, topic, key, value))
-        east = _east(json.loads(value)) | {"cluster": EAST}
-        east_key = key if topic.endswith("nvml.samples") else east_uid(key.decode()).encode()
-        out.append((item.ts, 1, topic, east_key, json.dumps(east).encode()))
+    out: list[tuple[int, int, Message]] = []
+    for message, item in zip(messages(settings, history), history.inputs(), strict=True):
+        out.append((item.ts, 0, message))
+        out.append((item.ts, 1, in_cluster(message, EAST)))
     out.sort(key=lambda row: (row[0], row[1]))
-    return [(topic, key, value, None) for _, _, topic, key, value in out]
+    return [message for _, _, message in out]
 
 
 def test_two_clusters_with_the_same_names_add_up_each_on_its_own(
@@ -90,7 +56,7 @@ def test_two_clusters_with_the_same_names_add_up_each_on_its_own(
     backlog = scope()
     produce(backlog, both_clusters(backlog, history))
     want = history.expected()
-    want_both = want | {east_uid(uid): v for uid, v in want.items()}
+    want_both = want | {other_uid(uid): v for uid, v in want.items()}
     assert len(want_both) == 2 * len(want) > 20
     worker = start_worker(backlog)
     last: list[str] = []
@@ -108,7 +74,7 @@ def test_two_clusters_with_the_same_names_add_up_each_on_its_own(
     assert worker.counters()["deadletter"] == 0
 
     prefix = backlog.kafka.topic_prefix
-    east_uids = {east_uid(uid) for uid in want}
+    east_uids = {other_uid(uid) for uid in want}
     for spec in (ATTRIBUTION, POD_LIFECYCLE):
         named = {"default": 0, EAST: 0}
         for record in consume_all(backlog, spec.full_name(prefix)):

@@ -25,7 +25,6 @@ def test_relative_times_are_values_not_options() -> None:
         (["--to-prefix", "r.", "--from", "-1h"], "takes both --rerun and --to-prefix"),
         (["--rerun", "--to-prefix", "r.", "--pod", "ml/a", "--from", "-1h"], "every pod"),
         (["--pod", "ml/a", "--from", "-1h", "--margin", "-5"], "--margin must not be negative"),
-        (["--rerun", "--to-prefix", "r.", "--cluster", "a", "--from", "-1h"], "every cluster"),
     ],
 )
 def test_a_request_that_cannot_be_served_exits_1_before_reading(
