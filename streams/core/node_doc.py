@@ -21,7 +21,7 @@ from typing import Final
 
 import msgspec
 
-from schemas.fields import DEFAULT_CLUSTER
+from schemas.fields import DEFAULT_CLUSTER, keep_default_cluster
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from streams.core.gpu_alerts import NodeAlertState
@@ -36,7 +36,6 @@ __all__ = [
     "decode_meta",
     "encode",
     "node_key",
-    "same_cluster",
 ]
 
 
@@ -46,15 +45,6 @@ def node_key(cluster: str, node: str) -> str:
     return node if cluster == DEFAULT_CLUSTER else f"{cluster}/{node}"
 
 
-def same_cluster(cluster: str) -> str:
-    """A cluster name as the node side keeps it: the default one as `DEFAULT_CLUSTER` itself.
-
-    msgspec leaves a default out (`omit_defaults`) only where the value is the default
-    object, so a decoded `"cluster": "default"` would be written out again, field and all.
-    """
-    return DEFAULT_CLUSTER if cluster == DEFAULT_CLUSTER else cluster
-
-
 class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A node's state as stored; unknown fields are ignored, so it can grow."""
 
@@ -62,6 +52,10 @@ class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     cluster: str = DEFAULT_CLUSTER
     """The node's cluster (left out for the default one, so older documents read as it)."""
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)  # as the topic values do: the default is left out
+
     deleted: bool = False
     """A k8s.nodes DELETED was seen; the document goes once its windows are emitted."""
     seen_until: int | None = None
@@ -113,8 +107,8 @@ class NodeRuntime:
 
     def __init__(self, doc: NodeDoc, window_ms: int, lateness_ms: int, flush_ms: int) -> None:
         self.node = doc.node
-        self.cluster = cluster = same_cluster(doc.cluster)
-        self.key = node_key(cluster, doc.node)
+        self.cluster = cluster = doc.cluster
+        self.key = node_key(doc.cluster, doc.node)
         """The node's key among the nodes of every cluster (`node_key`)."""
         self.labels = dict(doc.labels)
         self.deleted = doc.deleted

@@ -47,7 +47,6 @@ from streams.core.node_doc import (
     decode_meta,
     encode,
     node_key,
-    same_cluster,
 )
 from streams.core.sanity import check_node, check_sample, unknown_devices
 from streams.core.split import sample_view
@@ -207,7 +206,7 @@ class NodePartition:
         runtime = self.nodes.get(key)
         if runtime is None:
             # A window the partition has closed is closed for a node first seen now too.
-            doc = NodeDoc(node=name, cluster=same_cluster(cluster), closed_through=self.stream_time)
+            doc = NodeDoc(node=name, cluster=cluster, closed_through=self.stream_time)
             runtime = self.nodes[key] = self._runtime(doc)
         return runtime
 
