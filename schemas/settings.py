@@ -8,7 +8,9 @@ names its environment variable in `ENV_VARS`.
 
 from __future__ import annotations
 
+import json
 import ssl
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -160,6 +162,28 @@ class WindowSettings(BaseModel):
     watermark back. Data it sends later for windows closed meanwhile is late."""
 
 
+class ClusterRules(BaseModel):
+    """The thresholds one cluster sets apart from the others; None: as `RuleSettings`."""
+
+    model_config = _MODEL
+
+    idle_util_pct: float | None = Field(default=None, ge=0, le=100)
+    stall_after_s: int | None = Field(default=None, ge=1)
+    queued_alert_after_s: int | None = Field(default=None, ge=1)
+    idle_alert_after_s: int | None = Field(default=None, ge=1)
+    telemetry_missing_after_s: int | None = Field(default=None, ge=1)
+
+
+def _json_mapping(value: Any) -> Any:
+    """A JSON object in a string (as an environment variable carries one) to a dict."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON object of clusters: {exc}") from exc
+    return value
+
+
 class RuleSettings(BaseModel):
     """Thresholds of the lifecycle state machine and the alert rules."""
 
@@ -178,6 +202,35 @@ class RuleSettings(BaseModel):
     telemetry_missing_after_s: int = Field(default=30, ge=1)
     """A node with no sample for this long (stream time) raises NodeTelemetryMissing;
     30 ticks at 1 Hz, so a lost sample or two is not a dead node."""
+    clusters: dict[str, ClusterRules] = {}
+    """Thresholds of named clusters that differ from the ones above (a dev cluster idles
+    more than a training one): `{"dev": {"idle_util_pct": 10}}`. A cluster not named, or
+    a threshold a cluster leaves out, takes the value above."""
+
+
+    @field_validator("clusters", mode="before")
+    @classmethod
+    def _clusters(cls, value: Any) -> Any:
+        value = _json_mapping(value)
+        if isinstance(value, dict):
+            for name in value:
+                cluster_name(name)
+        return value
+
+    @cached_property
+    def by_cluster(self) -> dict[str, RuleSettings]:
+        """The thresholds in force in each cluster of `clusters`."""
+        base = self.model_dump(exclude={"clusters"})
+        return {
+            name: RuleSettings.model_validate(base | own.model_dump(exclude_none=True))
+            for name, own in self.clusters.items()
+        }
+
+    def of(self, cluster: str) -> RuleSettings:
+        """The thresholds in force in `cluster`: its own where it has some, else these."""
+        if not self.clusters:
+            return self
+        return self.by_cluster.get(cluster, self)
 
 
 class WorkerSettings(BaseModel):
@@ -377,6 +430,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_CLUSTER": ("cluster", "name"),
     "GPUWATCH_IDLE_ALERT_AFTER_S": ("rules", "idle_alert_after_s"),
     "GPUWATCH_TELEMETRY_MISSING_AFTER_S": ("rules", "telemetry_missing_after_s"),
+    "GPUWATCH_CLUSTER_RULES": ("rules", "clusters"),
     "GPUWATCH_WORKER_TICK_INTERVAL_S": ("worker", "tick_interval_s"),
     "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),

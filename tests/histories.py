@@ -214,12 +214,12 @@ class History:
         inputs: list[Input] = self._memo["inputs"]
         return inputs
 
-    def expected(self) -> dict[str, tuple[float, float]]:
+    def expected(self, idle_util_pct: float = 5.0) -> dict[str, tuple[float, float]]:
         """Per pod uid, (allocated, idle) GPU-seconds as the samples show them.
 
         Allocated: the seconds of every sample listing the pod in its allocations. Idle:
-        those whose GPU reads under the 5 % idle threshold. Worked out from the samples'
-        JSON, not by the code under test.
+        those whose GPU reads under the idle threshold (5 % by default). Worked out from
+        the samples' JSON, not by the code under test.
         """
         out: dict[str, tuple[float, float]] = {}
         for sample in self.samples():
@@ -227,7 +227,7 @@ class History:
             util = {g["uuid"]: g["util_pct"] for g in sample["gpus"]}
             for alloc in sample["allocations"]:
                 allocated, idle = out.get(alloc["pod_uid"], (0.0, 0.0))
-                is_idle = util[alloc["device_ids"][0]] < 5.0
+                is_idle = util[alloc["device_ids"][0]] < idle_util_pct
                 out[alloc["pod_uid"]] = (allocated + seconds, idle + (seconds if is_idle else 0))
         return out
 

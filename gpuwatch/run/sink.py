@@ -60,7 +60,9 @@ class SinkStartError(Exception):
 
 def redis_writer(settings: Settings, *, redis_sink: RedisSink | None = None) -> RedisWriter:
     """A Redis writer on kafka-python, with live GPU states of its own."""
-    live = LiveGpus(settings.rules.idle_util_pct)
+    rules = settings.rules
+    own = {name: rules.of(name).idle_util_pct for name in rules.clusters}
+    live = LiveGpus(rules.idle_util_pct, by_cluster=own)
     return RedisWriter(settings, live, kafka=KAFKA, redis_sink=redis_sink)
 
 

@@ -3,8 +3,9 @@
 Samples arrive every second per node; Redis needs only the newest per GPU, so a burst (a
 catch-up after an outage, a replay) costs one write per GPU, and a Redis outage holds at
 most one pending state per GPU. `idle_since` is the start of the GPU's current run of idle
-samples (`util_pct` under the idle threshold, DESIGN §4), kept in this process: after a
-restart a GPU that was already idle shows idle since the first sample seen again.
+samples (`util_pct` under the idle threshold of the GPU's cluster, DESIGN §4), kept in
+this process: after a restart a GPU that was already idle shows idle since the first
+sample seen again.
 """
 
 from __future__ import annotations
@@ -25,8 +26,15 @@ class LiveGpus:
     The worker's processors call `observe`, its Redis writer thread `take` and `put_back`.
     """
 
-    def __init__(self, idle_util_pct: float, max_gpus: int = 200_000) -> None:
+    def __init__(
+        self,
+        idle_util_pct: float,
+        max_gpus: int = 200_000,
+        by_cluster: Mapping[str, float] | None = None,
+    ) -> None:
         self._idle_util_pct = idle_util_pct
+        self._by_cluster = dict(by_cluster or {})
+        """The idle threshold of each cluster that sets its own (`RuleSettings.clusters`)."""
         self._max_gpus = max_gpus
         self._idle_since: dict[GpuUuid, int | None] = {}
         self._seen_until: dict[GpuUuid, int] = {}
@@ -37,13 +45,14 @@ class LiveGpus:
         """Take a node sample in; older samples of a GPU than one already seen change nothing."""
         end = sample.ts + sample.interval_ms
         runs: dict[GpuUuid, int | None] = {}
+        threshold = self._by_cluster.get(sample.cluster, self._idle_util_pct)
         for gpu in sample.gpus:
             uuid = gpu.uuid
             if self._seen_until.get(uuid, -1) >= end:
                 continue
             if gpu.util_pct is None:
                 runs[uuid] = None  # unknown is not idle
-            elif gpu.util_pct < self._idle_util_pct:
+            elif gpu.util_pct < threshold:
                 since = self._idle_since.get(uuid)
                 runs[uuid] = sample.ts if since is None else since
             else:

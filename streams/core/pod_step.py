@@ -6,7 +6,8 @@ inputs the watermark has reached in event-time order, whatever order they came i
 closing windows and firing queued alerts in between exactly when their time comes, then
 steps the pod to the watermark. `step_pod_event`, `step_usage` and `step_watermark` are
 the single steps. Each returns the next state and everything to publish; nothing here
-reads a clock or touches Kafka.
+reads a clock or touches Kafka. The rules passed in are the worker's; each step uses the
+ones in force in the pod's cluster (`RuleSettings.of`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "PodOutputs",
     "next_due",
     "release",
+    "rules_of",
     "step_pod_event",
     "step_usage",
     "step_watermark",
@@ -63,10 +65,16 @@ def _finish(
     return state, PodOutputs(transitions, records, alerts)
 
 
+def rules_of(state: PodState, rules: RuleSettings) -> RuleSettings:
+    """The thresholds in force in the pod's cluster (`RuleSettings.of`)."""
+    return rules.of(state.cluster_name()) if rules.clusters else rules
+
+
 def step_pod_event(
     state: PodState | None, event: K8sPod, rules: RuleSettings, windows: WindowSettings
 ) -> tuple[PodState, PodOutputs]:
     """A `k8s.pods` message: transitions, a finished pod's last windows, alerts."""
+    rules = rules.of(event.cluster)
     after, transitions = lifecycle.on_pod_event(state, event, rules)
     return _finish(state, after, transitions, rules=rules, windows=windows, now_ms=None)
 
@@ -75,6 +83,7 @@ def step_usage(
     state: PodState | None, usage: PodUsage, rules: RuleSettings, windows: WindowSettings
 ) -> tuple[PodState, PodOutputs]:
     """A `pod.usage` message: counted into windows; it may stall the pod or end a stall."""
+    rules = rules.of(usage.cluster)
     counted, outcome = pod_attribution.add_usage(state, usage, windows)
     after, transitions = lifecycle.on_usage(counted, usage, rules)
     after, out = _finish(state, after, transitions, rules=rules, windows=windows, now_ms=None)
@@ -85,6 +94,7 @@ def step_watermark(
     state: PodState, now_ms: int, rules: RuleSettings, windows: WindowSettings
 ) -> tuple[PodState, PodOutputs]:
     """A stream-time tick: queued alerts due by `now_ms`, windows it closes."""
+    rules = rules_of(state, rules)
     after, transitions = lifecycle.on_watermark(state, now_ms, rules)
     return _finish(state, after, transitions, rules=rules, windows=windows, now_ms=now_ms)
 
@@ -114,7 +124,8 @@ def next_due(state: PodState, rules: RuleSettings, windows: WindowSettings) -> i
         grace = UNKNOWN_POD_GRACE_MS if state.event_ts is None else 0
         due.append(state.windows[0].start + window_ms + grace)
     if state.queued_alert_since is not None and not state.queued_alert_firing:
-        due.append(state.queued_alert_since + rules.queued_alert_after_s * 1000)
+        after_s = rules_of(state, rules).queued_alert_after_s
+        due.append(state.queued_alert_since + after_s * 1000)
     return min(due) if due else None
 
 

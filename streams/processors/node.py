@@ -127,10 +127,11 @@ class NodePartition:
 
     def _announce(self, firing: Callable[[Alert], None]) -> None:
         """Hand the alerts the loaded state says are firing to `firing`, node by node."""
-        rules = self.config.rules
         for name in sorted(self.nodes):
+            node = self.nodes[name]
+            rules = self.config.rules.of(node.cluster)
             for alert in still_firing(
-                self.nodes[name].alert,
+                node.alert,
                 idle_alert_after_s=rules.idle_alert_after_s,
                 telemetry_missing_after_s=rules.telemetry_missing_after_s,
             ):
@@ -228,7 +229,8 @@ class NodePartition:
             None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
         )
         view = sample_view(sample)
-        integrals = integrate_sample(sample, c.rules.idle_util_pct, c.prices, view)
+        rules = c.rules.of(sample.cluster)
+        integrals = integrate_sample(sample, rules.idle_util_pct, c.prices, view)
         late_before = node.usage.late
         usage = node.usage.add(integrals, frontier)
         if node.windows.add(integrals) or node.usage.late != late_before:
@@ -237,9 +239,9 @@ class NodePartition:
         node.alert, alerts, lost = on_sample(
             node.alert,
             sample,
-            c.rules,
-            idle_alert_after_s=c.rules.idle_alert_after_s,
-            telemetry_missing_after_s=c.rules.telemetry_missing_after_s,
+            rules,
+            idle_alert_after_s=rules.idle_alert_after_s,
+            telemetry_missing_after_s=rules.telemetry_missing_after_s,
             view=view,
         )
         out.emit_all(ALERTS, alerts)
@@ -326,11 +328,11 @@ class NodePartition:
 
     def _watermark(self, st: int, out: Outputs) -> None:
         """Missing telemetry of the nodes at stream time `st`."""
-        rules = self.config.rules
-        after = rules.telemetry_missing_after_s
+        base = self.config.rules
         for node in self.nodes.values():
+            rules = base.of(node.cluster)
             node.alert, alerts = on_watermark(
-                node.alert, st, rules, telemetry_missing_after_s=after
+                node.alert, st, rules, telemetry_missing_after_s=rules.telemetry_missing_after_s
             )
             if alerts:
                 out.emit_all(ALERTS, alerts)

@@ -48,6 +48,7 @@ from streams.core.pod_step import (
     PodOutputs,
     next_due,
     release,
+    rules_of,
     step_pod_event,
     step_usage,
     step_watermark,
@@ -131,7 +132,8 @@ class PodPartition:
                 self._keep(pod_state.decode(raw))
         if config.firing is not None:
             for uid in sorted(self.pods):
-                for alert in still_firing(self.pods[uid], config.rules):
+                state = self.pods[uid]
+                for alert in still_firing(state, rules_of(state, config.rules)):
                     config.firing(alert)
         self.sources = SourceWatermarks(config.partitions, config.frontier)
         self.stream_time: int | None = None

@@ -3,8 +3,10 @@
 The same history twice in one set of topics: once as the default cluster (no field), once
 as the cluster `east`, with the same node names, the same pod names and times, and pod
 uids and GPU uuids of its own (as real clusters have). One worker works both off as a
-backlog. Every pod of both clusters must add up to its samples, as the history alone
-does (`test_worker_backlog.py` proves a cluster alone adds up); and every derived record
+backlog, `east` with an idle threshold of its own (`GPUWATCH_CLUSTER_RULES`). Every pod
+of both clusters must add up to its samples, as the history alone does
+(`test_worker_backlog.py` proves a cluster alone adds up), by its cluster's threshold;
+and every derived record
 of `east` names it, the default cluster's records name none, and no record of one names
 a pod or GPU of the other.
 """
@@ -30,6 +32,7 @@ from schemas.settings import Settings
 pytestmark = pytest.mark.integration
 
 EAST = "east"
+EAST_IDLE_PCT = 90.0
 
 
 @pytest.fixture
@@ -56,9 +59,13 @@ def test_two_clusters_with_the_same_names_add_up_each_on_its_own(
     backlog = scope()
     produce(backlog, both_clusters(backlog, history))
     want = history.expected()
-    want_both = want | {other_uid(uid): v for uid, v in want.items()}
+    # East runs by a threshold of its own: its GPUs read 0 or 80 %, all idle under 90 %.
+    want_east = history.expected(idle_util_pct=EAST_IDLE_PCT)
+    assert want_east != want
+    want_both = want | {other_uid(uid): v for uid, v in want_east.items()}
     assert len(want_both) == 2 * len(want) > 20
-    worker = start_worker(backlog)
+    rules = json.dumps({EAST: {"idle_util_pct": EAST_IDLE_PCT}})
+    worker = start_worker(backlog, env={"GPUWATCH_CLUSTER_RULES": rules})
     last: list[str] = []
 
     def added_up() -> bool:

@@ -130,3 +130,42 @@ def test_the_help_names_the_flag_and_the_variable(
     text = " ".join(capsys.readouterr().out.split())
     assert "--cluster NAME" in text
     assert "env: GPUWATCH_CLUSTER, default: default" in text
+
+
+def test_rules_of_a_cluster_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text(
+        "rules:\n  idle_util_pct: 4\n  clusters:\n    dev:\n      idle_util_pct: 12\n"
+        "      stall_after_s: 900\n",
+        encoding="utf-8",
+    )
+    rules = load_settings(env=HOME, config_file=path).rules
+    assert (rules.of("dev").idle_util_pct, rules.of("dev").stall_after_s) == (12, 900)
+    # What dev leaves out, and any cluster not named, take the worker's thresholds.
+    assert rules.of("dev").queued_alert_after_s == rules.queued_alert_after_s == 600
+    assert rules.of("prod") is rules
+    assert rules.of("prod").idle_util_pct == 4
+
+    env = {**HOME, "GPUWATCH_CLUSTER_RULES": '{"eu-west": {"idle_alert_after_s": 300}}'}
+    rules = load_settings(env=env, config_file=path).rules
+    assert set(rules.clusters) == {"eu-west"}
+    assert rules.of("eu-west").idle_alert_after_s == 300
+    assert rules.of("eu-west").idle_util_pct == 4
+    assert rules.of("dev") is rules
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('{"eu west": {}}', "is not a cluster name"),
+        ('{"dev": {"idle_util_pct": 150}}', "less than or equal to 100"),
+        ('{"dev": {"idle_pct": 5}}', "at dev.idle_pct: unknown setting"),
+        ('{"dev": ', "expected a JSON object of clusters"),
+    ],
+)
+def test_bad_rules_of_a_cluster_are_refused_naming_the_variable(value: str, why: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env={**HOME, "GPUWATCH_CLUSTER_RULES": value})
+    message = str(refused.value)
+    assert "GPUWATCH_CLUSTER_RULES" in message
+    assert why in message

@@ -62,3 +62,13 @@ def test_states_put_back_after_a_failed_write_lose_to_newer_ones() -> None:
     live.put_back(taken)
     back = {s.uuid: s.util_pct for s in live.take()}
     assert back == {"GPU-a": 30.0, "GPU-b": 20.0}
+
+
+def test_a_cluster_with_its_own_idle_threshold_uses_it() -> None:
+    live = LiveGpus(idle_util_pct=5.0, by_cluster={"dev": 10.0})
+    live.observe(sample(T0, 7.0))
+    dev = msgspec.structs.replace(sample(T0, 7.0, uuid="GPU-dev"), cluster="dev")
+    live.observe(dev)
+    states = {state.uuid: state.idle_since for state in live.take()}
+    # 7 % is busy by the default threshold, idle by dev's 10 %.
+    assert states == {sample(T0, 7.0).gpus[0].uuid: None, "GPU-dev": T0}

@@ -97,10 +97,12 @@ def _merged(*streams: list[Input]) -> list[Input]:
     return sorted((m for s in streams for m in s), key=lambda m: m.ts)
 
 
-def _run(inputs: list[Input], order: str, partitions: int) -> dict[str, list[Any]]:
+def _run(
+    inputs: list[Input], order: str, partitions: int, rules: RuleSettings = RULES
+) -> dict[str, list[Any]]:
     kw: dict[str, Any] = {
         "partitions": partitions,
-        "rules": RULES,
+        "rules": rules,
         "windows": WINDOWS,
         "idle_after_ms": 20_000,
     }
@@ -170,6 +172,56 @@ def test_each_cluster_gets_the_records_it_gets_alone(order: str, partitions: int
     # ... and its alerts are alerts of their own.
     east_prints = {a["fingerprint"] for a in alone_east["alerts"]}
     assert east_prints.isdisjoint(a["fingerprint"] for a in alone_default["alerts"])
+
+
+# East's own thresholds: it stalls sooner, alerts on queued and idle later, and calls a
+# node silent sooner; every one of them changes east's records.
+EAST_RULES = {
+    "stall_after_s": 10,
+    "queued_alert_after_s": 60,
+    "idle_alert_after_s": 40,
+    "telemetry_missing_after_s": 12,
+}
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("order", ["live", "pod events first", "samples first"])
+def test_each_cluster_runs_by_its_own_rules(order: str, partitions: int) -> None:
+    base = _history().inputs()
+    default, east = _in_cluster(base, None), _in_cluster(base, EAST)
+    own = RULES.model_copy(update=EAST_RULES)
+    both = RuleSettings.model_validate(RULES.model_dump() | {"clusters": {EAST: EAST_RULES}})
+    assert both.of(EAST) == own
+    assert both.of(DEFAULT_CLUSTER) is both
+
+    alone_default = _run(default, order, partitions)
+    alone_east = _run(east, order, partitions, own)
+    together = _run(_merged(default, east), order, partitions, both)
+
+    assert _of(together, DEFAULT_CLUSTER) == alone_default
+    assert _of(together, EAST) == alone_east
+    # The thresholds changed what east publishes: the lifecycle, the alerts' times.
+    as_default = _as_default(alone_east)
+    theirs = _without_fingerprints(alone_default)
+    for topic in ("pod.lifecycle", "alerts"):
+        assert as_default[topic] != theirs[topic], topic
+
+    def fired(alerts: list[Any], name: str) -> list[int]:
+        return sorted(a["ts"] - T0 for a in alerts if a["name"] == name and a["status"] == "firing")
+
+    assert fired(as_default["alerts"], "PodQueuedTooLong") == [
+        t + 40 * S for t in fired(theirs["alerts"], "PodQueuedTooLong")
+    ]
+    for name in ("PodStalled", "GpuIdleAllocated", "NodeTelemetryMissing"):
+        assert fired(as_default["alerts"], name) != fired(theirs["alerts"], name), name
+
+    # The windows count the same usage: no threshold of these moves it (the state each
+    # window ends in does move: east's pod stalls sooner).
+    def usage(records: list[Any]) -> list[Any]:
+        return [{k: x for k, x in r.items() if k != "state"} for r in records]
+
+    assert usage(as_default["attribution"]) == usage(theirs["attribution"])
+    assert as_default["attribution"] != theirs["attribution"]
 
 
 def test_a_message_without_the_field_is_of_the_default_cluster() -> None:
