@@ -71,7 +71,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_late_events": ("counter", "Inputs with a part for a window already closed", ()),
     "gpuwatch_duplicate_events": ("counter", "Redelivered inputs that changed nothing", ()),
     "gpuwatch_samples_missing": ("counter", "Node samples lost, by their seq numbers", ()),
-    "gpuwatch_alerts": ("counter", "In-stream alert messages", ("alertname", "severity", "status")),
+    "gpuwatch_alerts": (
+        "counter",
+        "In-stream alert messages",
+        ("alertname", "severity", "status", "cluster"),
+    ),
     "gpuwatch_alert_firing": ("gauge", "1 while the in-stream alert fires", _ALERT),
     "gpuwatch_alert_firing_since_seconds": ("gauge", "When the condition began, epoch s", _ALERT),
     "gpuwatch_metrics_series_dropped": ("counter", "Updates refused by a series cap", ("kind",)),

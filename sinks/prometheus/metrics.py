@@ -226,7 +226,7 @@ class WorkerMetrics:
         with self._lock:
             self._advance(alert.ts)
             if self._alert_marks.advance(alert.fingerprint, alert.ts):
-                self._add("alerts", (alert.name, alert.severity, alert.status), 1.0)
+                self._add("alerts", (alert.name, alert.severity, alert.status, alert.cluster), 1.0)
             self._dropped["alert"] += self._firing.observe(alert)
 
     def show_firing(self, alert: Alert) -> None:

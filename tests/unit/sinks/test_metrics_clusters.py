@@ -31,7 +31,7 @@ GPU = {"node": "n1", "model": "H100"}  # GPU index 0 of node n1, in both
 PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_pipeline_lag_seconds", "gpuwatch_events", "gpuwatch_deadletter",
     "gpuwatch_late_events", "gpuwatch_duplicate_events", "gpuwatch_samples_missing",
-    "gpuwatch_alerts", "gpuwatch_metrics_series_dropped", "gpuwatch_metrics_tracked",
+    "gpuwatch_metrics_series_dropped", "gpuwatch_metrics_tracked",
 }  # fmt: skip
 
 
@@ -100,6 +100,20 @@ def test_two_clusters_node_alerts_of_one_node_name_fire_apart() -> None:
     ]
 
 
+def test_alert_messages_are_counted_per_cluster() -> None:
+    metrics = fed_two_clusters()
+    metrics.observe_alert(node_alert(None))
+    counted = sorted(
+        (s.get("cluster", ""), s["alertname"], s["status"])
+        for s in series(metrics, "gpuwatch_alerts_total")
+    )
+    assert counted == [
+        ("", "NodeTelemetryMissing", "firing"),
+        ("east", "NodeTelemetryMissing", "firing"),
+        ("west", "NodeTelemetryMissing", "firing"),
+    ]
+
+
 def test_records_naming_no_cluster_have_no_cluster_label() -> None:
     # As their messages leave the field out: a single-cluster set-up's series are what
     # they were, and for Prometheus an absent label matches cluster=~".*" and "" alike.
@@ -109,7 +123,8 @@ def test_records_naming_no_cluster_have_no_cluster_label() -> None:
     metrics.observe_attribution(attribution("u1", start=T0, cost_usd=1.0))
     metrics.observe_alert(node_alert(None))
     for name in ("gpuwatch_pod_state", "gpuwatch_gpu_utilization_ratio",
-                 "gpuwatch_cost_usd_total", "gpuwatch_alert_firing"):  # fmt: skip
+                 "gpuwatch_cost_usd_total", "gpuwatch_alert_firing",
+                 "gpuwatch_alerts_total"):  # fmt: skip
         found = series(metrics, name)
         assert len(found) == 1, name
         assert "cluster" not in found[0], name
