@@ -20,7 +20,10 @@ from typing import Any
 import msgspec
 import pytest
 from histories import History, Input, NodePlan, PodPlan, pod_uid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pipeline_model import NODES, Pipeline, run_backlog, run_live
+from test_backlog_properties import histories
 
 from schemas import K8S_PODS, NVML_SAMPLES, NvmlSample
 from schemas.fields import DEFAULT_CLUSTER
@@ -98,7 +101,10 @@ def _merged(*streams: list[Input]) -> list[Input]:
 
 
 def _run(
-    inputs: list[Input], order: str, partitions: int, rules: RuleSettings = RULES
+    inputs: list[Input],
+    order: str,
+    partitions: int,
+    rules: RuleSettings = RULES,
 ) -> dict[str, list[Any]]:
     kw: dict[str, Any] = {
         "partitions": partitions,
@@ -222,6 +228,44 @@ def test_each_cluster_runs_by_its_own_rules(order: str, partitions: int) -> None
 
     assert usage(as_default["attribution"]) == usage(theirs["attribution"])
     assert as_default["attribution"] != theirs["attribution"]
+
+
+def _ending_at(inputs: list[Input], end_ms: int) -> list[Input]:
+    """`inputs` and a last sample, at `end_ms`, of a node with no GPU (`gwprop-end`): every
+    run's stream time ends there, so no cluster's last windows stay open in one run and
+    closed in another (alone, a cluster whose history ends first would keep them open;
+    together, the other cluster's time moves on and closes them)."""
+    last = next(m for m in reversed(inputs) if m.spec is NVML_SAMPLES)
+    value = json.loads(last.value) | {"node": "gwprop-end", "ts": end_ms, "seq": 0}
+    value |= {"gpus": [], "allocations": []}
+    return [*inputs, Input(NVML_SAMPLES, b"gwprop-end", json.dumps(value).encode(), end_ms)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    histories(intervals=(100, 500, 1_000, 2_000)),
+    histories(intervals=(100, 500, 1_000, 2_000)),
+    st.sampled_from(["live", "pod events first", "samples first"]),
+    st.integers(1, 4),
+)
+def test_generated_clusters_together_get_what_each_gets_alone(
+    first: History, second: History, order: str, partitions: int
+) -> None:
+    """Two generated histories as two clusters: node names `gwprop-n0`... repeat, each
+    cluster has its own pods, times and thresholds; one pipeline gives each cluster the
+    records it gets alone. Samples are no longer than the allowed lateness: with longer
+    ones a cluster's records can be late or not by how far the other's data moved the
+    shared partitions' watermark, as with two nodes of one cluster."""
+    end = T0 + max(first.duration_ms, second.duration_ms) + 60 * S
+    default = _ending_at(_in_cluster(first.inputs(), None), end)
+    east = _ending_at(_in_cluster(second.inputs(), EAST), end)
+    own = RULES.model_copy(update=EAST_RULES)
+    both = RuleSettings.model_validate(RULES.model_dump() | {"clusters": {EAST: EAST_RULES}})
+    alone_default = _run(default, order, partitions)
+    alone_east = _run(east, order, partitions, own)
+    together = _run(_merged(default, east), order, partitions, both)
+    assert _of(together, DEFAULT_CLUSTER) == alone_default
+    assert _of(together, EAST) == alone_east
 
 
 def test_a_message_without_the_field_is_of_the_default_cluster() -> None:
