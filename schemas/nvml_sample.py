@@ -19,7 +19,15 @@ from .fields import (
 )
 from .ids import GpuUuid, NodeName, PodUid
 
-__all__ = ["TOPIC", "Allocation", "GpuProcess", "GpuReading", "NvmlSample"]
+__all__ = [
+    "THROTTLE_REASONS",
+    "TOPIC",
+    "Allocation",
+    "GpuProcess",
+    "GpuReading",
+    "NvmlSample",
+    "RemappedRows",
+]
 
 
 class GpuProcess(Value, frozen=True, kw_only=True):
@@ -42,11 +50,36 @@ class GpuProcess(Value, frozen=True, kw_only=True):
     ]
 
 
-class GpuReading(Value, frozen=True, kw_only=True):
+THROTTLE_REASONS: Final = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+    "sync_boost",
+)
+"""The clock event (throttle) reasons a reading names when active, as nvidia-smi's
+`clocks_event_reasons.*` fields call them. `gpu_idle`, `applications_clocks_setting` and
+`display_clock_setting` are left out: they slow nothing that runs."""
+
+
+class RemappedRows(Value, frozen=True, kw_only=True):
+    """Row remapping of the GPU's memory (Ampere and later): NVML's `GetRemappedRows`."""
+
+    correctable: Annotated[Count, msgspec.Meta(description="rows remapped for repeated SBEs")]
+    uncorrectable: Annotated[Count, msgspec.Meta(description="rows remapped for a DBE")]
+    pending: Annotated[bool, msgspec.Meta(description="a remapping waits for a GPU reset")]
+    failed: Annotated[
+        bool, msgspec.Meta(description="a remapping failed: the GPU should be replaced")
+    ]
+
+
+class GpuReading(Value, frozen=True, kw_only=True, omit_defaults=True):
     """One GPU (or one MIG instance) over the sampled interval.
 
     Readings a driver does not support are null, never a made-up 0; they are still required
-    fields, so a missing key is an error while a null is an honest "unknown".
+    fields, so a missing key is an error while a null is an honest "unknown". The health
+    readings after `processes` came later within v1: absent is the same as null.
     """
 
     uuid: Annotated[GpuUuid, msgspec.Meta(description="GPU uuid, or the MIG device uuid")]
@@ -73,6 +106,28 @@ class GpuReading(Value, frozen=True, kw_only=True):
         msgspec.Meta(description="volatile double-bit ECC errors; null without ECC"),
     ]
     processes: tuple[GpuProcess, ...]
+    throttle_reasons: Annotated[
+        tuple[Annotated[str, msgspec.Meta(max_length=64)], ...] | None,
+        msgspec.Meta(
+            description="clock event reasons active at the read (THROTTLE_REASONS; [] none); "
+            "null where unsupported or on a MIG instance (the parent GPU has them)"
+        ),
+    ] = None
+    remapped_rows: Annotated[
+        RemappedRows | None,
+        msgspec.Meta(description="row remapping; null where unsupported (before Ampere, MIG)"),
+    ] = None
+    retired_pages_pending: Annotated[
+        bool | None,
+        msgspec.Meta(
+            description="pages wait to be retired at the next reset; null where the GPU "
+            "remaps rows instead (Ampere and later) or on a MIG instance"
+        ),
+    ] = None
+    pcie_replays: Annotated[
+        Count | None,
+        msgspec.Meta(description="PCIe replay counter since the driver loaded; null if none"),
+    ] = None
 
 
 class Allocation(Value, frozen=True, kw_only=True):

@@ -143,4 +143,8 @@ def _gpu(
         xid_errors=device.xid_errors,
         ecc_dbe=device.ecc_dbe,
         processes=tuple(processes),
+        throttle_reasons=device.throttle_reasons,
+        remapped_rows=device.remapped_rows,
+        retired_pages_pending=device.retired_pages_pending,
+        pcie_replays=device.pcie_replays,
     )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.ids import GpuUuid, PodUid
+from schemas.nvml_sample import RemappedRows
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,11 @@ class DeviceReading:
     processes: tuple[ProcessReading, ...]
     mps: bool = False
     """True when NVML lists MPS client processes on the device (sharing mode `mps`)."""
+    throttle_reasons: tuple[str, ...] | None = None
+    """Active clock event reasons (`schemas.nvml_sample.THROTTLE_REASONS`); None: unsupported."""
+    remapped_rows: RemappedRows | None = None
+    retired_pages_pending: bool | None = None
+    pcie_replays: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,14 +77,21 @@ def test_every_value_requires_its_schema_name_and_an_integer_ts(spec: TopicSpec[
     assert document["properties"]["ts"]["minimum"] == 0
 
 
+HEALTH = {"throttle_reasons", "remapped_rows", "retired_pages_pending", "pcie_replays"}
+
+
 @pytest.mark.parametrize("spec", ALL_TOPICS, ids=lambda s: s.name)
 def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]) -> None:
     document = json_schema(spec)
     for obj in [document, *document.get("$defs", {}).values()]:
         assert obj["description"].strip(), obj["title"]
-        # Present-but-null is how "unknown" is said; the one optional field is one added
-        # within v1, `cluster`, whose absence means the default cluster.
-        optional = sorted(set(obj["properties"]) - set(obj["required"]))
-        assert optional in ([], ["cluster"]), obj["title"]
-        if optional:
+        # Present-but-null is how "unknown" is said; the optional fields are those added
+        # within v1: `cluster`, whose absence means the default cluster, and a GPU's
+        # health readings, whose absence means null.
+        optional = set(obj["properties"]) - set(obj["required"])
+        assert optional <= {"cluster", *HEALTH}, obj["title"]
+        if "cluster" in optional:
             assert obj["properties"]["cluster"]["default"] == DEFAULT_CLUSTER
+        for name in optional & HEALTH:
+            assert obj["title"] == "GpuReading", name
+            assert obj["properties"][name]["default"] is None, name
