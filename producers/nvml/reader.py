@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Final, NamedTuple, ParamSpec, TypeVar
 
 import pynvml
 
 from producers.agent.readings import DeviceReading, ProcessReading, ReadResult
 from producers.nvml.api import NvmlApi, Utilization
 from schemas.ids import GpuUuid
+from schemas.nvml_sample import THROTTLE_REASONS, RemappedRows
 
-__all__ = ["NvmlReader", "NvmlUnavailable", "mig_profile_name"]
+__all__ = ["NvmlReader", "NvmlUnavailable", "Xid", "mig_profile_name", "throttle_reasons"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,32 @@ GIB = 1 << 30
 NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1  # usedGpuMemory of an older pynvml that does not map it
 MAX_EVENTS_PER_READ = 256  # bound the Xid drain per tick; a storm's rest comes next tick
 _UNSUPPORTED = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+NO_INSTANCE = 0xFFFFFFFF  # an event's GPU/compute instance id when it is for the whole GPU
+# The clock event bits, by the names of THROTTLE_REASONS. pynvml 12.535+ also calls them
+# nvmlClocksEventReason*; the older names are the same bits and every pynvml has them.
+_REASON_BIT: Final = {
+    "sw_power_cap": pynvml.nvmlClocksThrottleReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksThrottleReasonHwSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksThrottleReasonHwThermalSlowdown,
+    "hw_power_brake_slowdown": pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown,
+    "sw_thermal_slowdown": pynvml.nvmlClocksThrottleReasonSwThermalSlowdown,
+    "sync_boost": pynvml.nvmlClocksThrottleReasonSyncBoost,
+}
+_REASON_BITS: Final = tuple((name, _REASON_BIT[name]) for name in THROTTLE_REASONS)
+
+
+class Xid(NamedTuple):
+    """An Xid event: its code and the GPU / compute instance it names (NO_INSTANCE: none)."""
+
+    code: int
+    gpu_instance: int = NO_INSTANCE
+    compute_instance: int = NO_INSTANCE
+
+
+def throttle_reasons(mask: int) -> tuple[str, ...]:
+    """The THROTTLE_REASONS active in a clock event bitmask, in THROTTLE_REASONS order;
+    idle, application and display clock settings are never named."""
+    return tuple([name for name, bit in _REASON_BITS if mask & bit])
 
 
 class NvmlUnavailable(Exception):  # noqa: N818 - the name the agent and its users read
@@ -62,8 +90,16 @@ class NvmlReader:
     - Unsupported (NotSupported; FunctionNotFound on older drivers) is None. Any other NVML
       error skips that device or MIG instance this tick: `GPU <index> <uuid>: <error>`.
     - MIG on: the physical GPU is an entry (`mig_enabled`, no parent, no processes) with the
-      whole GPU's power, temperature, ECC, Xids and memory; each MIG device an entry with
-      `parent_uuid`, profile, memory, processes. Node totals: the entries without a parent.
+      whole GPU's power, temperature, ECC, health readings, Xids and memory; each MIG device
+      an entry with `parent_uuid`, profile, memory, processes. Node totals: the entries
+      without a parent.
+    - Health, one call each per physical GPU per read: the active clock event reasons
+      (THROTTLE_REASONS; `GetCurrentClocksThrottleReasons` on a driver or pynvml without
+      `GetCurrentClocksEventReasons`), remapped rows, pages pending retirement, PCIe replays.
+      MIG instances carry None for all four.
+    - Xids are drained from one event set each read (without waiting) and reported once, on
+      the physical GPU; where the GPU is in MIG mode and the event names a GPU instance (and
+      maybe a compute instance), on the MIG devices of that instance instead.
     - Process SM%: mean of the driver's samples since the last read. A running process with
       no sample, or all when the driver says NotFound (no samples), is 0.0 where the device's
       utilization is known, else None; NotSupported (MIG) leaves all None.
@@ -85,6 +121,11 @@ class NvmlReader:
         self._xid_registered: set[str] = set()
         self._logged: set[str] = set()
         self._events: object | None = None
+        # pynvml before 12.535 has only the older name; a driver before 535 answers
+        # FunctionNotFound to the newer one (then `_clock_events` drops it).
+        self._event_reasons: Callable[[object], int] | None = getattr(
+            self._api, "nvmlDeviceGetCurrentClocksEventReasons", None
+        )
         try:
             self._events = self._api.nvmlEventSetCreate()
         except pynvml.NVMLError as err:
@@ -117,31 +158,60 @@ class NvmlReader:
             log.warning("nvml shutdown failed error=%r", str(err))
 
     def _read_gpu(
-        self, index: int, xids: dict[str, list[int]], out: list[DeviceReading], errors: list[str]
+        self, index: int, xids: dict[str, list[Xid]], out: list[DeviceReading], errors: list[str]
     ) -> None:
         api = self._api
         uuid = self._uuid_by_index.get(index, "?")  # a lost GPU is named as last seen
         try:
             handle = api.nvmlDeviceGetHandleByIndex(index)
             uuid = self._uuid_by_index[index] = api.nvmlDeviceGetUUID(handle)
+            events = xids.get(uuid, [])
             self._register_xids(handle, uuid)
             mode = _supported(api.nvmlDeviceGetMigMode, handle)
             mig = mode is not None and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
-            gpu = self._physical(handle, index, uuid, mig, tuple(xids.get(uuid, ())))
+            gpu = self._physical(handle, index, uuid, mig, tuple(x.code for x in events))
             slots = api.nvmlDeviceGetMaxMigDeviceCount(handle) if mig else 0
         except pynvml.NVMLError as err:
             self._fail(errors, index, uuid, err)
             return
+        at = len(out)
         out.append(gpu)
+        # Xids naming a MIG instance go to its MIG devices; the GPU keeps the rest.
+        placed: set[int] = set()
+        pending = [i for i, x in enumerate(events) if x.gpu_instance != NO_INSTANCE]
         for slot in range(slots):
             mig_uuid = "?"
             try:
                 mig_handle = api.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
                 mig_uuid = api.nvmlDeviceGetUUID(mig_handle)
-                out.append(self._instance(mig_handle, mig_uuid, gpu))
+                mine = self._instance_xids(mig_handle, events, pending) if pending else []
+                codes = tuple(events[i].code for i in mine)
+                out.append(self._instance(mig_handle, mig_uuid, gpu, codes))
+                placed.update(mine)
             except pynvml.NVMLError as err:
                 if err.value != pynvml.NVML_ERROR_NOT_FOUND:  # NotFound: an empty slot
                     self._fail(errors, index, mig_uuid, err)
+        if placed:
+            rest = tuple(x.code for i, x in enumerate(events) if i not in placed)
+            out[at] = dataclasses.replace(gpu, xid_errors=rest)
+
+    def _instance_xids(self, handle: object, events: list[Xid], pending: list[int]) -> list[int]:
+        """Which of `events` (indices in `pending`) name this MIG device's GPU instance and,
+        where an event names one, its compute instance. Asked only when such events wait."""
+        gi = self._instance_id(self._api.nvmlDeviceGetGpuInstanceId, handle)
+        mine = [i for i in pending if events[i].gpu_instance == gi]
+        if any(events[i].compute_instance != NO_INSTANCE for i in mine):
+            ci = self._instance_id(self._api.nvmlDeviceGetComputeInstanceId, handle)
+            mine = [i for i in mine if events[i].compute_instance in (NO_INSTANCE, ci)]
+        return mine
+
+    def _instance_id(self, call: Callable[[object], int], handle: object) -> int | None:
+        """A MIG device's GPU or compute instance id; None (matches no event) on an error."""
+        try:
+            return call(handle)
+        except pynvml.NVMLError as err:
+            self._log_once("nvml mig instance id failed error=%r", str(err))
+            return None
 
     def _physical(
         self, handle: object, index: int, uuid: str, mig: bool, xids: tuple[int, ...]
@@ -174,9 +244,48 @@ class NvmlReader:
             ),
             processes=processes,
             mps=mps,
+            throttle_reasons=self._throttle_reasons(handle),
+            remapped_rows=self._remapped_rows(handle),
+            retired_pages_pending=self._retired_pages_pending(handle),
+            pcie_replays=_supported(api.nvmlDeviceGetPcieReplayCounter, handle),
         )
 
-    def _instance(self, handle: object, uuid: str, gpu: DeviceReading) -> DeviceReading:
+    def _throttle_reasons(self, handle: object) -> tuple[str, ...] | None:
+        mask = self._clock_events(handle)
+        return None if mask is None else throttle_reasons(mask)
+
+    def _clock_events(self, handle: object) -> int | None:
+        """The clock event bitmask; the older call once the newer is missing (one call)."""
+        if self._event_reasons is not None:
+            try:
+                return self._event_reasons(handle)
+            except pynvml.NVMLError as err:
+                if err.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    if err.value in _UNSUPPORTED:
+                        return None
+                    raise
+                self._event_reasons = None  # a driver before 535: the older name from now on
+        return _supported(self._api.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+
+    def _remapped_rows(self, handle: object) -> RemappedRows | None:
+        rows = _supported(self._api.nvmlDeviceGetRemappedRows, handle)
+        if rows is None:
+            return None
+        correctable, uncorrectable, pending, failed = rows
+        return RemappedRows(
+            correctable=correctable,
+            uncorrectable=uncorrectable,
+            pending=bool(pending),
+            failed=bool(failed),
+        )
+
+    def _retired_pages_pending(self, handle: object) -> bool | None:
+        pending = _supported(self._api.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        return None if pending is None else pending == pynvml.NVML_FEATURE_ENABLED
+
+    def _instance(
+        self, handle: object, uuid: str, gpu: DeviceReading, xids: tuple[int, ...]
+    ) -> DeviceReading:
         api = self._api
         a = _supported(api.nvmlDeviceGetAttributes, handle)
         used, total = self._memory(handle)
@@ -197,7 +306,7 @@ class NvmlReader:
             mem_total_bytes=total,
             power_w=None,  # the parent GPU carries power, temperature and ECC
             temp_c=None,
-            xid_errors=(),
+            xid_errors=xids,
             ecc_dbe=None,
             processes=processes,
             mps=mps,
@@ -265,9 +374,9 @@ class NvmlReader:
         except pynvml.NVMLError as err:
             log.info("nvml xid events not available gpu=%s error=%r", uuid, str(err))
 
-    def _drain_xids(self) -> dict[str, list[int]]:
-        """Xid codes by GPU uuid that arrived since the previous read (waits 0 ms)."""
-        found: dict[str, list[int]] = {}
+    def _drain_xids(self) -> dict[str, list[Xid]]:
+        """Xids by GPU uuid that arrived since the previous read (waits 0 ms)."""
+        found: dict[str, list[Xid]] = {}
         if self._events is None:
             return found
         for _ in range(MAX_EVENTS_PER_READ):
@@ -284,7 +393,13 @@ class NvmlReader:
                     "nvml xid of an unknown gpu xid=%d error=%r", event.eventData, str(err)
                 )
                 continue
-            found.setdefault(uuid, []).append(event.eventData)
+            # An older pynvml's event struct has no instance ids: the whole GPU.
+            xid = Xid(
+                event.eventData,
+                getattr(event, "gpuInstanceId", NO_INSTANCE),
+                getattr(event, "computeInstanceId", NO_INSTANCE),
+            )
+            found.setdefault(uuid, []).append(xid)
         return found
 
     def _fail(self, errors: list[str], index: int, uuid: str, err: pynvml.NVMLError) -> None:
