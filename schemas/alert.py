@@ -16,6 +16,10 @@ AlertName = Literal[
     "PodQueuedTooLong",
     "GpuUnallocatedAccess",
     "NodeTelemetryMissing",
+    "GpuXidError",
+    "GpuEccUncorrectable",
+    "GpuRowRemapFailure",
+    "GpuThrottled",
 ]
 AlertStatus = Literal["firing", "resolved"]
 Severity = Literal["info", "warning", "critical"]

@@ -172,6 +172,8 @@ class ClusterRules(BaseModel):
     queued_alert_after_s: int | None = Field(default=None, ge=1)
     idle_alert_after_s: int | None = Field(default=None, ge=1)
     telemetry_missing_after_s: int | None = Field(default=None, ge=1)
+    throttle_alert_after_s: int | None = Field(default=None, ge=1)
+    xid_alert_hold_s: int | None = Field(default=None, ge=1)
 
 
 def _json_mapping(value: Any) -> Any:
@@ -202,11 +204,16 @@ class RuleSettings(BaseModel):
     telemetry_missing_after_s: int = Field(default=30, ge=1)
     """A node with no sample for this long (stream time) raises NodeTelemetryMissing;
     30 ticks at 1 Hz, so a lost sample or two is not a dead node."""
+    throttle_alert_after_s: int = Field(default=60, ge=1)
+    """A GPU slowed by heat or power (hw/sw thermal slowdown, power brake, HW slowdown)
+    on consecutive samples this long raises GpuThrottled."""
+    xid_alert_hold_s: int = Field(default=300, ge=1)
+    """GpuXidError resolves this long (stream time) after the last sample that reported
+    its code on its GPU: an Xid is an event, not a state."""
     clusters: dict[str, ClusterRules] = {}
     """Thresholds of named clusters that differ from the ones above (a dev cluster idles
     more than a training one): `{"dev": {"idle_util_pct": 10}}`. A cluster not named, or
     a threshold a cluster leaves out, takes the value above."""
-
 
     @field_validator("clusters", mode="before")
     @classmethod
@@ -431,6 +438,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_IDLE_ALERT_AFTER_S": ("rules", "idle_alert_after_s"),
     "GPUWATCH_TELEMETRY_MISSING_AFTER_S": ("rules", "telemetry_missing_after_s"),
     "GPUWATCH_CLUSTER_RULES": ("rules", "clusters"),
+    "GPUWATCH_THROTTLE_ALERT_AFTER_S": ("rules", "throttle_alert_after_s"),
+    "GPUWATCH_XID_ALERT_HOLD_S": ("rules", "xid_alert_hold_s"),
     "GPUWATCH_WORKER_TICK_INTERVAL_S": ("worker", "tick_interval_s"),
     "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),

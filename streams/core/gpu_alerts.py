@@ -1,4 +1,5 @@
-"""GPU and node alert rules where node samples land: idle allocations, leaks, missing telemetry.
+"""GPU and node alert rules where node samples land: idle allocations, leaks, missing
+telemetry, and GPU health (`gpu_health`: Xid errors, ECC, row remapping, slowdowns).
 
 The worker keeps one `NodeAlertState` per node (a Table keyed by node) and calls `on_sample`
 per node sample and `on_watermark` per node on each stream-time tick. Alerts follow changes of
@@ -19,6 +20,14 @@ from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.settings import RuleSettings
+from streams.core.gpu_health import (
+    HEALTH_SEVERITY,
+    Fault,
+    health_expired,
+    health_firing,
+    health_removed,
+    health_step,
+)
 from streams.core.pod_alerts import fingerprint, in_cluster
 from streams.core.split import AllocationIndex, SampleView, sample_view, split_gpu
 
@@ -26,6 +35,7 @@ __all__ = [
     "IDLE_ALERT_AFTER_S",
     "SEVERITY",
     "TELEMETRY_MISSING_AFTER_S",
+    "THROTTLE_ALERT_AFTER_S",
     "NodeAlertState",
     "Run",
     "on_node_removed",
@@ -36,10 +46,12 @@ __all__ = [
 
 IDLE_ALERT_AFTER_S = 60  # the product promises idle alerts in seconds, not minutes
 TELEMETRY_MISSING_AFTER_S = 30  # 30 ticks at 1 Hz: a lost sample or two is not a dead node
+THROTTLE_ALERT_AFTER_S = 60  # a slowdown a minute long, not a blip of a boost clock
 SEVERITY: dict[AlertName, Severity] = {
     "GpuIdleAllocated": "warning",  # waste: for a person in working hours, not a page
     "GpuUnallocatedAccess": "critical",  # a pod uses a GPU it does not hold: security, billing
     "NodeTelemetryMissing": "critical",  # every GPU of the node goes unobserved and unbilled
+    **HEALTH_SEVERITY,
 }
 _MS = 1000
 
@@ -68,6 +80,10 @@ class NodeAlertState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     missing: bool = False
     idle: dict[GpuUuid, Run] = msgspec.field(default_factory=dict)
     leaks: dict[str, Run] = msgspec.field(default_factory=dict)
+    faults: dict[str, Fault] = msgspec.field(default_factory=dict)
+    """GPU health conditions (`gpu_health`), by `kind/uuid[/code]`."""
+    dbe: dict[GpuUuid, int] = msgspec.field(default_factory=dict)
+    """The last volatile double-bit ECC count of each GPU that read above 0."""
 
 
 def _alert(
@@ -168,11 +184,19 @@ def on_watermark(
     if watermark_ms <= state.watermark:
         return state, []
     state = msgspec.structs.replace(state, watermark=watermark_ms)
+    expired: list[Alert] = []
+    if state.faults:  # an Xid's hold runs out in stream time: the GPU may say nothing more
+        faults, expired = health_expired(state.faults, watermark_ms, rules.xid_alert_hold_s * _MS)
+        if expired:
+            state = msgspec.structs.replace(state, faults=faults)
     seen = state.seen_until
     if seen is None or state.missing:
-        return state, []
+        return state, expired
     due = seen + telemetry_missing_after_s * _MS
-    return (state, []) if watermark_ms <= due else _lost(state, seen, due)
+    if watermark_ms <= due:
+        return state, expired
+    state, out = _lost(state, seen, due)
+    return state, expired + out
 
 
 def _missing_seqs(last: int | None, seq: int) -> int:
@@ -312,6 +336,15 @@ def on_sample(
         out += [
             _leak_alert(k, leak, ts, 0) for k, leak in sorted(old_leaks.items()) if k not in leaks
         ]
+    faults, dbe, health = health_step(
+        state.faults,
+        state.dbe,
+        sample,
+        index,
+        hold_ms=rules.xid_alert_hold_s * _MS,
+        throttle_ms=rules.throttle_alert_after_s * _MS,
+    )
+    out += health
     end = ts + sample.interval_ms
     state = NodeAlertState(
         node=node,
@@ -321,6 +354,8 @@ def on_sample(
         watermark=state.watermark,
         idle=idle,
         leaks=leaks,
+        faults=faults,
+        dbe=dbe,
     )
     return state, out, lost
 
@@ -333,6 +368,7 @@ def on_node_removed(state: NodeAlertState, ts: int) -> tuple[NodeAlertState, lis
     """
     out = _end_idle(state.idle, ts, "node removed", set())
     out += [_leak_alert(key, leak, ts, 0) for key, leak in sorted(state.leaks.items())]
+    out += health_removed(state.faults, ts)
     if state.missing and state.seen_until is not None:
         out.append(_telemetry(state, False, state.seen_until, ts))
     return NodeAlertState(node=state.node, cluster=state.cluster, watermark=state.watermark), out
@@ -343,13 +379,15 @@ def still_firing(
     *,
     idle_alert_after_s: int = IDLE_ALERT_AFTER_S,
     telemetry_missing_after_s: int = TELEMETRY_MISSING_AFTER_S,
+    throttle_alert_after_s: int = THROTTLE_ALERT_AFTER_S,
 ) -> list[Alert]:
     """The firing messages, as sent, of the alerts `state` says are firing.
 
     For a worker that loads the state (a restart, a partition taken over) and must show
     them again without sending them again. Every field is the sent one's, given the
     thresholds it fired with: a threshold changed since moves `ts`, `value` and the
-    summary, not `since` or the labels. Idle GPUs by uuid, then leaks by key, then the node.
+    summary, not `since` or the labels. Idle GPUs by uuid, then leaks by key, then the
+    node, then GPU health faults by key.
     """
     out = []
     for uuid, run in sorted(state.idle.items()):
@@ -363,4 +401,5 @@ def still_firing(
     if state.missing and state.seen_until is not None:
         due = state.seen_until + telemetry_missing_after_s * _MS
         out.append(_telemetry(state, True, state.seen_until, due))
+    out += health_firing(state.faults, throttle_alert_after_s * _MS)
     return out

@@ -134,6 +134,7 @@ class NodePartition:
                 node.alert,
                 idle_alert_after_s=rules.idle_alert_after_s,
                 telemetry_missing_after_s=rules.telemetry_missing_after_s,
+                throttle_alert_after_s=rules.throttle_alert_after_s,
             ):
                 firing(alert)
 
