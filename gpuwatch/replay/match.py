@@ -81,6 +81,8 @@ def _alert_concerns(subject: Subject, scope: Scope, alert: Alert) -> bool:
         return True
     if labels.get("pod_uid") in scope.uids:
         return True
+    if "pod_uids" in labels and not scope.uids.keys().isdisjoint(labels["pod_uids"].split(",")):
+        return True  # a GPU fault naming every pod that held the GPU
     if subject.kind == "gpu":
         return subject.value in (who.uuid, labels.get("gpu"))
     named = (labels.get("namespace"), labels.get("pod")) == subject.pod

@@ -214,11 +214,42 @@ def _alert_matches(alert: AlertRow, query: Query, pod_uids: set[str]) -> bool:
         return True
     if alert.subject_kind == "pod" and alert.subject_uid in pod_uids:
         return True
+    if not pod_uids.isdisjoint(_named_uids(alert)):
+        return True  # a GPU alert naming a pod shown (a fault of the GPU it holds)
     if query.namespace is None and query.team is None:
         return False  # only --state: alerts of other subjects have no state
     return (query.namespace is None or alert.labels.get("namespace") == query.namespace) and (
         query.team is None or alert.labels.get(TEAM_LABEL) == query.team
     )
+
+
+def _named_uids(alert: AlertRow) -> list[str]:
+    """The pods a GPU alert names by uid (`pod_uid`, or `pod_uids` for several holders)."""
+    labels = alert.labels
+    if "pod_uid" in labels:
+        return [labels["pod_uid"]]
+    return [uid for uid in labels.get("pod_uids", "").split(",") if uid]
+
+
+_FAULTS: dict[str, Callable[[AlertRow], str]] = {
+    "GpuXidError": lambda a: f"Xid {a.labels.get('xid', '?')}",
+    "GpuEccUncorrectable": lambda a: "ECC error",
+    "GpuRowRemapFailure": lambda a: "row remap failed",
+    "GpuThrottled": lambda a: "throttled",
+}
+
+
+def gpu_faults(snapshot: Snapshot) -> dict[str, list[str]]:
+    """The GPU faults firing on each pod's GPUs, by pod uid (`Xid 79`, `throttled`...)."""
+    out: dict[str, list[str]] = {}
+    for alert in snapshot.alerts:
+        what = _FAULTS.get(alert.name)
+        if what is not None:
+            for uid in _named_uids(alert):
+                faults = out.setdefault(uid, [])
+                if what(alert) not in faults:
+                    faults.append(what(alert))
+    return {uid: sorted(faults) for uid, faults in out.items()}
 
 
 def select(snapshot: Snapshot, query: Query) -> View:
@@ -363,14 +394,24 @@ def _with_cluster(
     )
 
 
-def _pods_table(view: View, now_ms: int, by_cluster: bool = False) -> list[str]:
+def _reason_cell(pod: PodRow, faults: Mapping[str, list[str]]) -> str:
+    """The state's reason, and the faults of the pod's GPUs: `GPU: Xid 79, throttled`."""
+    gpu = faults.get(pod.uid)
+    parts = [pod.reason] if pod.reason else []
+    parts += [f"GPU: {', '.join(gpu)}"] if gpu else []
+    return "; ".join(parts) or _NONE
+
+
+def _pods_table(
+    view: View, now_ms: int, by_cluster: bool = False, faults: Mapping[str, list[str]] = {}
+) -> list[str]:
     headers = ["POD", "TEAM", "STATE", "REASON", "FOR", "SHARE", "VRAM", "COST $", "WASTE $"]
     rows = [
         [
             p.name,
             p.team or _NONE,
             p.state,
-            p.reason or _NONE,
+            _reason_cell(p, faults),
             _since(now_ms, p.state_since),
             fmt_pct(None if p.share is None else p.share * 100),
             fmt_bytes(p.vram_bytes),
@@ -450,7 +491,12 @@ def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         f"{len(snapshot.alerts)}  |  sort {query.sort}" + "".join(f"  {f}" for f in filters),
         *([f"clusters: {' '.join(seen)}"] if by_cluster else []),
         "",
-        *_section("PODS", _pods_table(view, now_ms, by_cluster), len(view.pods), view.pods_matched),
+        *_section(
+            "PODS",
+            _pods_table(view, now_ms, by_cluster, gpu_faults(snapshot)),
+            len(view.pods),
+            view.pods_matched,
+        ),
         "",
         *_section(
             "GPUS",
@@ -485,6 +531,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
     """The same rows as one JSON object (times in epoch ms, money in USD, sizes in bytes)."""
     view = select(snapshot, query)
     names = snapshot.pod_names
+    faults = gpu_faults(snapshot)
     doc = {
         "at": now_ms,
         "redis": header.target,
@@ -513,6 +560,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
                 "labels": dict(p.labels),
                 "state": p.state,
                 "reason": p.reason or None,
+                "gpu_faults": faults.get(p.uid, []),
                 "state_since": p.state_since,
                 "state_for_s": _seconds(now_ms, p.state_since),
                 "node": p.node or None,

@@ -258,7 +258,7 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
 
 
 def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
-    """Firing set upsert, the alert stream, and the pod's timeline for a pod subject."""
+    """Firing set upsert, the alert stream, and the timeline of each pod it concerns."""
     keys = opts.keys
     identity = f"alert:{record.fingerprint}:{record.status}:{record.ts}"
     fields = {
@@ -283,10 +283,21 @@ def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
         Command("alert_state", (keys.alerts_firing(), keys.alerts_last()), state),
         Command("timeline_add", (keys.alerts(), keys.alerts_seen()), stream),
     ]
-    uid = record.subject.uid
-    if record.subject.kind == "pod" and uid is not None:
+    for uid in _pods_of(record):
         commands.append(_timeline(uid, identity, record.ts, opts, fields))
     return commands
+
+
+def _pods_of(record: Alert) -> list[PodUid]:
+    """The pods whose timelines take the alert: a pod subject's, or the pods a GPU alert
+    names by uid (`pod_uid`, or `pod_uids` for a GPU's several holders)."""
+    uid = record.subject.uid
+    if record.subject.kind == "pod":
+        return [] if uid is None else [uid]
+    labels = record.labels
+    if "pod_uid" in labels:
+        return [PodUid(labels["pod_uid"])]
+    return [PodUid(u) for u in labels.get("pod_uids", "").split(",") if u]
 
 
 def _timeline(

@@ -13,6 +13,7 @@ from replay_records import (
     T0,
     TRAIN,
     S,
+    alert,
     incident,
     sample,
 )
@@ -203,3 +204,17 @@ def test_a_subject_of_a_cluster_keeps_only_that_clusters_records() -> None:
     assert anywhere.cluster is None
     assert anywhere.of(node)
     assert str(anywhere) == "node gpu-node-1"
+
+
+def test_a_fault_of_a_gpu_shared_by_the_pod_is_in_its_story() -> None:
+    subject = Subject("pod", "ml/train-0")
+    found = incident()
+    labels = {"node": NODE, "gpu": GPU_0, "xid": "79", "pods": "ml/other-0,ml/train-0"}
+    found.add(alert("GpuXidError", "firing", T0 + 8 * MIN, gpu=GPU_0,
+                    labels=labels | {"pod_uids": f"{OTHER},{TRAIN}"}))  # fmt: skip
+    found.add(alert("GpuThrottled", "firing", T0 + 9 * MIN, gpu=GPU_1,
+                    labels={"node": NODE, "gpu": GPU_1, "pod_uid": OTHER}))  # fmt: skip
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+    named = [(e.record.name, (e.ts - T0) // S) for e in events if isinstance(e.record, Alert)]
+    assert ("GpuXidError", 480) in named
+    assert all(name != "GpuThrottled" for name, _ in named)  # another pod's GPU

@@ -187,9 +187,22 @@ def test_alert_on_a_pod_goes_to_firing_set_stream_and_pod_timeline() -> None:
     assert args_of(timeline) == args_of(stream)
 
 
-def test_alert_on_a_gpu_has_no_pod_timeline() -> None:
+def test_alert_on_a_gpu_naming_no_pod_uid_has_no_pod_timeline() -> None:
     commands = plan([alert()], OPTS)
     assert [c.script for c in commands] == ["alert_state", "timeline_add"]
+
+
+def test_a_gpu_fault_goes_to_the_timeline_of_every_pod_it_names() -> None:
+    subject = {"kind": "gpu", "uid": None, "uuid": GPU_0, "node": "gpu-node-17"}
+    shared = {"gpu": GPU_0, "node": "gpu-node-17", "pods": "ml/a,ml/b"}
+    shared |= {"pod_uids": f"{POD_UID},{POD_UID_2}"}
+    record = alert(name="GpuXidError", subject=subject, labels=shared)
+    _, stream, first, second = plan([record], OPTS)
+    assert (first.keys[0], second.keys[0]) == (f"t:timeline:{POD_UID}", f"t:timeline:{POD_UID_2}")
+    assert args_of(first) == args_of(second) == args_of(stream)
+    one = alert(name="GpuThrottled", subject=subject, labels={"gpu": GPU_0, "pod_uid": POD_UID})
+    _, _, timeline = plan([one], OPTS)
+    assert timeline.keys[0] == f"t:timeline:{POD_UID}"
 
 
 def test_gpu_live_is_coalesced_to_the_newest_reading_per_gpu_in_batch_order() -> None:

@@ -343,6 +343,7 @@ def test_json_has_the_rows_in_order_with_raw_numbers() -> None:
         "labels": {"team": "vision", "project": "llm"},
         "state": "stalled",
         "reason": "Idle",
+        "gpu_faults": [],
         "state_since": NOW - 600_000,
         "state_for_s": 600.0,
         "node": "gpu-node-17",
@@ -382,3 +383,54 @@ def test_fit_screen_cuts_width_and_height() -> None:
         "... 6 more l",
     ]
     assert fit_screen("a\nb\n", 80, 24) == "a\nb\n"
+
+
+XID = AlertRow(
+    fingerprint="fp-xid",
+    name="GpuXidError",
+    severity="critical",
+    since=NOW - 60_000,
+    summary="Xid 79 (GPU has fallen off the bus) on GPU-2b9e7c44 ...; held by pod ...",
+    subject_kind="gpu",
+    subject_uuid=GPU_1,
+    subject_node="gpu-node-17",
+    labels={"gpu": GPU_1, "xid": "79", "namespace": "research", "pod": "notebook-ana-0",
+            "pod_uid": NOTEBOOK.uid},
+    value=79.0,
+)  # fmt: skip
+HOT = AlertRow(
+    fingerprint="fp-hot",
+    name="GpuThrottled",
+    severity="warning",
+    since=NOW - 120_000,
+    summary="... throttled (hw_thermal_slowdown) for 60 s; held by pods ...",
+    subject_kind="gpu",
+    subject_uuid=GPU_0,
+    subject_node="gpu-node-17",
+    labels={"gpu": GPU_0, "reasons": "hw_thermal_slowdown",
+            "pods": "ml/train-0,research/notebook-ana-0",
+            "pod_uids": f"{TRAIN.uid},{NOTEBOOK.uid}"},
+)  # fmt: skip
+
+
+def test_a_pod_whose_gpu_faulted_shows_the_fault_beside_its_reason() -> None:
+    snapshot = Snapshot(pods=PODS, gpus=GPUS, alerts=(XID, HOT))
+    text = render_text(snapshot, Query(), Header("redis://x", "gpuwatch:"), NOW)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(("ml/", "res"))}
+    assert "Idle; GPU: throttled" in rows["ml/train-0"]
+    assert "GPU: Xid 79, throttled" in rows["research/notebook-ana-0"]
+    assert "GPU:" not in rows["ml/eval-3"]
+    doc = json.loads(render_json(snapshot, Query(), Header("redis://x", "gpuwatch:"), NOW))
+    faults = {p["pod"]: p["gpu_faults"] for p in doc["pods"]}
+    assert faults == {
+        "train-0": ["throttled"], "notebook-ana-0": ["Xid 79", "throttled"],
+        "eval-3": [], "old-1": [],
+    }  # fmt: skip
+
+
+def test_a_gpu_fault_follows_the_pods_it_names_through_a_filter() -> None:
+    snapshot = Snapshot(pods=PODS, gpus=GPUS, alerts=(XID, HOT))
+    view = select(snapshot, Query(namespace="research"))
+    assert [a.fingerprint for a in view.alerts] == ["fp-xid", "fp-hot"]
+    view = select(snapshot, Query(state="queued"))
+    assert view.alerts == ()
