@@ -8,9 +8,11 @@ Labels are fixed: `ALERT_LABELS`, values cleaned; absent ones are empty (Prometh
 an empty label as none). `cluster` is the alert's own (`default` when it names none), so
 node alerts of two clusters with one node name are two series. `alertname` is the alert's
 name, so the rule of the same name that reads it (and sets `alertname` on its alerts)
-keeps it. A GpuIdleAllocated alert of a
-GPU shared by several pods (its `pods` label, `ns/pod,...`) has one series per pod, as the
-metric-threshold rule had one alert per holder: each routes by its own namespace.
+keeps it. A GPU alert (GpuIdleAllocated, the health alerts) of a GPU shared by several
+pods (its `pods` label, `ns/pod,...`, and `pod_uids` in the same order where the alert has
+it) has one series per pod, with that pod's uid, as the metric-threshold rule had one alert
+per holder: each routes by its own namespace. `xid` (GpuXidError: an alert per GPU and
+code, two codes on one GPU are two alerts) and `reasons` (GpuThrottled) pass through.
 
 Order per alert (fingerprint): a message counts when its (ts, status) is later than the
 last one counted, a resolved message after a firing one of the same ts (as the Redis
@@ -83,26 +85,32 @@ def _mark(alert: Alert) -> int:
     return alert.ts * 2 + (alert.status == "resolved")
 
 
-def _holders(labels: dict[str, str]) -> list[tuple[str, str]]:
-    """(namespace, pod) per series: the alert's own, or one per entry of `pods`."""
+def _holders(labels: dict[str, str], uid: str | None) -> list[tuple[str, str, str | None]]:
+    """(namespace, pod, uid) per series: the alert's own, or one per entry of `pods`, with
+    its uid where `pod_uids` names one per pod (the GPU health alerts)."""
     if "pods" in labels and "pod" not in labels:
         named = [entry.partition("/") for entry in labels["pods"].split(",") if entry]
-        return [(ns, pod) if pod else ("", ns) for ns, _, pod in named] or [("", "")]
-    return [(labels.get("namespace", ""), labels.get("pod", ""))]
+        uids: list[str | None] = [u for u in labels.get("pod_uids", "").split(",") if u]
+        if len(uids) != len(named):
+            uids = [uid] * len(named)
+        pairs = zip(named, uids, strict=True)
+        found = [(ns, pod, u) if pod else ("", ns, u) for (ns, _, pod), u in pairs]
+        return found or [("", "", uid)]
+    return [(labels.get("namespace", ""), labels.get("pod", ""), uid)]
 
 
 def _rows(alert: Alert) -> tuple[AlertRow, ...]:
     labels, subject = dict(alert.labels), alert.subject
     node = labels.get("node") or subject.node
     gpu = labels.get("gpu") or subject.uuid
-    uid = labels.get("pod_uid") or subject.uid
     since = alert.since / 1000
     rows = []
-    for namespace, pod in _holders(labels):
+    for namespace, pod, uid in _holders(labels, labels.get("pod_uid") or subject.uid):
         values = tuple(
             clean(v)
             for v in (alert.name, alert.severity, namespace, pod, labels.get("team"), node, gpu,
-                      labels.get("model"), uid, alert.cluster)
+                      labels.get("model"), uid, labels.get("xid"), labels.get("reasons"),
+                      alert.cluster)
         )  # fmt: skip
         rows.append((values, label_text(ALERT_LABELS, values), since))
     return tuple(rows)

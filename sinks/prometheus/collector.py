@@ -26,12 +26,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from schemas.fields import DEFAULT_CLUSTER
-from schemas.nvml_sample import GpuReading
+from schemas.nvml_sample import THROTTLE_REASONS, GpuReading, RemappedRows
 
 __all__ = [
-    "ALERT_LABELS", "FAMILIES", "GPU_LABELS", "MAX_LABEL_LEN", "POD_LABELS", "GpuSeries",
-    "MetricsServeError", "PodGpu", "PodSeries", "RowFamily", "Snapshot", "WorkerCollector",
-    "clean", "exposition", "label_text", "serve",
+    "ALERT_LABELS", "FAMILIES", "GPU_LABELS", "MAX_LABEL_LEN", "MAX_XID_CODES", "POD_LABELS",
+    "GpuHealth", "GpuSeries", "MetricsServeError", "PodGpu", "PodSeries", "RowFamily",
+    "Snapshot", "WorkerCollector", "clean", "exposition", "label_text", "serve",
 ]  # fmt: skip
 
 # The longest Kubernetes object name (a DNS subdomain): longer is not a name we know, so it
@@ -47,11 +47,15 @@ POD_LABELS = _POD = ("namespace", "pod", "team", "node", "cluster")
 GPU_LABELS = _GPU = ("node", "gpu", "model", "cluster")
 _POD_STATE, _POD_GPU = (*_POD, "state"), (*_POD, "gpu", "model")
 _NS_TEAM = ("namespace", "team", "cluster")
-# An in-stream alert and its subject (sinks/prometheus/alerts.py).
+# An in-stream alert and its subject (sinks/prometheus/alerts.py). `xid` (GpuXidError: one
+# alert per GPU and code) and `reasons` (GpuThrottled) are empty on the other alerts.
 ALERT_LABELS = _ALERT = (
     "alertname", "severity", "namespace", "pod", "team", "node", "gpu", "model", "pod_uid",
-    "cluster",
+    "xid", "reasons", "cluster",
 )  # fmt: skip
+# Distinct Xid codes counted per GPU: NVIDIA's catalogue has under 200, a GPU in trouble
+# reports a handful; more is a broken agent, refused and counted as a label_set drop.
+MAX_XID_CODES = 16
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -63,6 +67,21 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_gpu_allocated": ("gauge", "1 when the kubelet lists the GPU for a pod", _GPU),
     "gpuwatch_gpu_unallocated_access": ("gauge", "Processes of pods not holding the GPU", _GPU),
     "gpuwatch_gpu_idle_seconds": ("counter", "Idle GPU-seconds", (*_GPU, "allocated")),
+    "gpuwatch_gpu_throttled": (
+        "gauge",
+        "1 per clock event reason active at the last sample (THROTTLE_REASONS); a reason not "
+        "active, or a GPU whose reasons are unknown, has no series",
+        (*_GPU, "reason"),
+    ),
+    "gpuwatch_gpu_ecc_uncorrectable_errors": (
+        "gauge",
+        "Volatile double-bit ECC errors since the GPU's last reset",
+        _GPU,
+    ),
+    "gpuwatch_gpu_row_remap_failed": ("gauge", "1 when a row remapping failed (replace it)", _GPU),
+    "gpuwatch_gpu_row_remap_pending": ("gauge", "1 when a row remapping waits for a reset", _GPU),
+    "gpuwatch_gpu_pcie_replays": ("counter", "PCIe replays as the driver counts them", _GPU),
+    "gpuwatch_gpu_xid_errors": ("counter", "Xid errors the samples reported", (*_GPU, "xid")),
     "gpuwatch_cost_usd": ("counter", "Cost of GPU-seconds attributed to pods", _NS_TEAM),
     "gpuwatch_waste_usd": ("counter", "Cost of allocated, idle GPU-seconds", _NS_TEAM),
     "gpuwatch_pipeline_lag_seconds": ("gauge", "Wall time minus the event time processed", ()),
@@ -168,6 +187,13 @@ class GpuSeries:
     unallocated_access: int = 0
     idle_allocated_s: float = 0.0
     idle_unallocated_s: float = 0.0
+    # Health readings of the last sample, kept as the sample's own (immutable) values: the
+    # rows are built at scrape time, so a sample costs four stores here. None: unknown.
+    throttle: tuple[str, ...] | None = None
+    remapped: RemappedRows | None = None
+    ecc_dbe: int | None = None
+    pcie_replays: int | None = None
+    xids: dict[int, float] | None = None  # Xid code -> errors counted, once a sample has one
 
     def __post_init__(self) -> None:
         self.text = label_text(_GPU, self.labels)
@@ -182,7 +208,55 @@ class GpuSeries:
         self.unallocated_access = sum(
             1 for p in reading.processes if p.pod_uid is not None and p.pod_uid not in held
         )
+        self.throttle, self.remapped = reading.throttle_reasons, reading.remapped_rows
+        self.ecc_dbe, self.pcie_replays = reading.ecc_dbe, reading.pcie_replays
         self.sample_ts, self.sampled, self.touched = ts, now, now
+
+    def count_xids(self, codes: Iterable[int]) -> int:
+        """Count the Xid errors of a sample newer than the last one applied (each code listed
+        is one error); the number refused because the GPU has MAX_XID_CODES codes already."""
+        counts = self.xids
+        if counts is None:
+            counts = self.xids = {}
+        refused = 0
+        for code in codes:
+            if code in counts:
+                counts[code] += 1.0
+            elif len(counts) < MAX_XID_CODES:
+                counts[code] = 1.0
+            else:
+                refused += 1
+        return refused
+
+    def health(self, live: bool) -> GpuHealth | None:
+        """What a scrape renders of the GPU's health; None when nothing is known."""
+        if (
+            self.throttle is None
+            and self.remapped is None
+            and self.ecc_dbe is None
+            and self.pcie_replays is None
+            and not self.xids
+        ):
+            return None
+        xids = dict(self.xids) if self.xids else None
+        return GpuHealth(
+            self.labels, self.text, live, self.throttle, self.remapped, self.ecc_dbe,
+            self.pcie_replays, xids,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """One GPU's health readings as a scrape renders them (the gauges only while `live`)."""
+
+    labels: Sequence[str]
+    text: str
+    live: bool
+    throttle: tuple[str, ...] | None
+    remapped: RemappedRows | None
+    ecc_dbe: int | None
+    pcie_replays: int | None
+    xids: dict[int, float] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +271,8 @@ class Snapshot:
     counters: dict[str, dict[tuple[str, ...], float]]
     # (labels, text, since) per series of a firing in-stream alert
     alerts: Sequence[tuple[Sequence[str], str, float]] = ()
+    # the GPUs with a health reading or an Xid counted
+    health: Sequence[GpuHealth] = ()
 
 
 class RowFamily(Metric):
@@ -281,6 +357,7 @@ def _render(snap: Snapshot) -> dict[str, RowFamily]:
             access.add(labels, text, leaks)
         idle.add((*labels, "true"), f'{text},allocated="true"', idle_held)
         idle.add((*labels, "false"), f'{text},allocated="false"', idle_free)
+    _render_health(fam, snap.health)
     firing, since = fam["gpuwatch_alert_firing"], fam["gpuwatch_alert_firing_since_seconds"]
     for labels, text, began in snap.alerts:
         firing.add(labels, text, 1.0)
@@ -290,6 +367,31 @@ def _render(snap: Snapshot) -> dict[str, RowFamily]:
         for key, value in values.items():
             family.add(key, label_text(family.names, key), value)
     return fam
+
+
+def _render_health(fam: dict[str, RowFamily], gpus: Iterable[GpuHealth]) -> None:
+    """Throttle reasons, ECC and row remapping while the GPU is live; the counters always
+    (as the idle seconds). Null readings have no series: unknown is not 0."""
+    throttled, ecc = fam["gpuwatch_gpu_throttled"], fam["gpuwatch_gpu_ecc_uncorrectable_errors"]
+    failed, pending = fam["gpuwatch_gpu_row_remap_failed"], fam["gpuwatch_gpu_row_remap_pending"]
+    replays, xid = fam["gpuwatch_gpu_pcie_replays"], fam["gpuwatch_gpu_xid_errors"]
+    for gpu in gpus:
+        labels, text = gpu.labels, gpu.text
+        if gpu.live:
+            if gpu.throttle:
+                # Known reasons only, each once and in THROTTLE_REASONS order: bounded.
+                for reason in THROTTLE_REASONS:
+                    if reason in gpu.throttle:
+                        throttled.add((*labels, reason), f'{text},reason="{reason}"', 1.0)
+            if gpu.ecc_dbe is not None:
+                ecc.add(labels, text, float(gpu.ecc_dbe))
+            if gpu.remapped is not None:
+                failed.add(labels, text, 1.0 if gpu.remapped.failed else 0.0)
+                pending.add(labels, text, 1.0 if gpu.remapped.pending else 0.0)
+        if gpu.pcie_replays is not None:
+            replays.add(labels, text, float(gpu.pcie_replays))
+        for code, count in sorted((gpu.xids or {}).items()):
+            xid.add((*labels, str(code)), f'{text},xid="{code}"', count)
 
 
 class MetricsServeError(Exception):

@@ -15,6 +15,11 @@ and node alerts), so sums over replicas count everything once. On a rebalance ca
 `forget(pods=..., nodes=...)` for what was revoked and re-observe the lifecycle state of
 the pods assigned (and the firing alerts, which the stream does not repeat: alerts.py).
 
+GPU health (throttle reasons, ECC, row remapping, PCIe replays) is the last sample's, kept
+as read and turned into series at scrape time; a null reading has no series. Xid errors
+count per GPU and code from each sample later than the GPU's last (a redelivered sample
+counts once, an older one not at all).
+
 Window-derived counters are replay-safe: the newest `window_start` counted per pod and per
 GPU is kept, and only later windows add. Limits: an older window arriving after a newer
 one is not counted (windows close in order, so only a replay does this); the marks live
@@ -202,7 +207,8 @@ class WorkerMetrics:
             gpu.idle_unallocated_s += max(0.0, rec.idle_seconds - rec.allocated_idle_seconds)
 
     def observe_sample(self, sample: NvmlSample) -> None:
-        """Live utilization, allocation and unallocated access of the node's GPUs."""
+        """Live utilization, allocation, unallocated access and health of the node's GPUs;
+        the Xid errors of each sample later than the GPU's last counted once."""
         holders: dict[str, set[str]] = {}
         for alloc in sample.allocations:
             for device in alloc.device_ids:
@@ -219,6 +225,8 @@ class WorkerMetrics:
                 if reading.parent_uuid is not None:
                     held = held | holders.get(reading.parent_uuid, _NOBODY)
                 allocated = reading.uuid in holders or reading.uuid in mig_held
+                if reading.xid_errors and sample.ts > gpu.sample_ts:  # not a redelivery
+                    self._dropped["label_set"] += gpu.count_xids(reading.xid_errors)
                 gpu.apply(reading, held, allocated=allocated, ts=sample.ts, now=now)
 
     def observe_alert(self, alert: Alert) -> None:
@@ -309,7 +317,8 @@ class WorkerMetrics:
                 for g in self._gpus.values()
             ]  # fmt: skip
             alerts = self._firing.rows()
-            return Snapshot(pods=pods, gpus=gpus, counters=counters, alerts=alerts)
+            health = [h for g in self._gpus.values() if (h := g.health(g.sampled >= live))]
+            return Snapshot(pods=pods, gpus=gpus, counters=counters, alerts=alerts, health=health)
 
     # Below: called with the lock held.
 

@@ -20,14 +20,26 @@ from support.metric_records import (
 from sinks.prometheus.collector import exposition
 from sinks.prometheus.metrics import WorkerMetrics
 
+HEALTH = {
+    "throttle_reasons": ["sw_power_cap", "hw_thermal_slowdown"],
+    "remapped_rows": {"correctable": 1, "uncorrectable": 0, "pending": True, "failed": False},
+    "pcie_replays": 3, "ecc_dbe": 2, "xid_errors": [79],
+}  # fmt: skip
+
 
 def test_the_fast_exposition_says_what_prometheus_client_says() -> None:
     metrics = populated()
     fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
     assert parsed(fast) == parsed(reference)
     names = {name for name, _, _ in parsed(fast)}
-    assert len(names) == 18  # every family of DESIGN.md section 5, the cap's own, firing alerts
+    # every family of DESIGN.md section 5, the cap's own, firing alerts, and the example's
+    # ECC count (0): its GPU has ECC
+    assert len(names) == 19
     assert b'pod="we\\"ird\\\\pod"' in fast
+    metrics.observe_sample(sample("n1", T0 + 1000, [gpu("GPU-1", 3.0, **HEALTH)], {}))
+    fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
+    assert parsed(fast) == parsed(reference)
+    assert len({name for name, _, _ in parsed(fast)}) == 24  # and the GPU health families
 
 
 def test_values_read_back_through_a_fresh_registry() -> None:
