@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -12,6 +13,7 @@ from typing import Literal, get_args
 
 from producers.agent.readings import DeviceReading, ProcessReading, ReadResult
 from schemas.ids import GpuUuid
+from schemas.nvml_sample import THROTTLE_REASONS, RemappedRows
 
 __all__ = ["GPU_MODELS", "SimGpu", "SimReader", "SimWorkload", "WorkloadKind"]
 
@@ -26,6 +28,11 @@ INFERENCE_FLOOR = 0.15  # night load as a share of the peak
 BACKOFF_START_S, BACKOFF_MAX_S = 10.0, 300.0  # kubelet CrashLoopBackOff: 10 s doubling to 5 min
 DEV_BUSY_SHARE = 0.3  # a dev pod runs kernels about a third of the time: edit, run, read
 DEV_PERIOD_S = (120.0, 300.0)  # one edit-run-read cycle of a developer
+HOT_C = 88  # thermal slowdown: the H100 capture's T.Limit is 0 at 85-87 C, slowdown at -2
+THERMAL = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
+XID_FALLEN_OFF_THE_BUS = 79
+XID_DBE = 48  # a double-bit ECC error
+NO_ROWS_REMAPPED = RemappedRows(correctable=0, uncorrectable=0, pending=False, failed=False)
 
 WorkloadKind = Literal["training", "inference", "notebook", "idle", "crashloop", "dev"]
 PEAK_PCT = {
@@ -101,6 +108,22 @@ class SimWorkload:
             raise ValueError(f"unknown workload kind {self.kind!r} or negative memory")
 
 
+@dataclass(frozen=True, slots=True)
+class _Health:
+    """A device's health readings (None: not reported) and whether it reads HOT_C."""
+
+    throttle: tuple[str, ...] | None = ()
+    dbe: int | None = 0
+    rows: RemappedRows | None = NO_ROWS_REMAPPED
+    replays: int | None = 0
+    hot: bool = False
+
+
+HEALTHY = _Health()
+HEALTHY_MIG = _Health(rows=None)  # a GPU in MIG mode: Remapped Rows N/A, as captured
+NO_HEALTH = _Health(throttle=None, dbe=None, rows=None, replays=None)  # a MIG instance
+
+
 @dataclass(slots=True)
 class _Run:
     """A workload with the parameters drawn for it when it was added."""
@@ -120,6 +143,12 @@ class SimReader:
     slicing shares); power and temperature follow it. Used memory: the processes' plus
     CONTEXT_OVERHEAD_BYTES each. MIG instances report utilization and per-process memory and
     SM% as None, as drivers do; the parent has their memory, and power by their activity.
+
+    Health, as the recorded H100, H200 and L40S report it: no throttle reason, no row
+    remapped, no retired-pages reading (these GPUs remap rows instead), no PCIe replay; a GPU
+    in MIG mode reports no remapped rows (N/A under MIG), its instances none of the four.
+    Faults change that: `set_throttle`, `inject_ecc`, `fail_remap`, `inject_xid` (an Xid 79
+    also loses the GPU after the read that reports it), `set_lost`.
     """
 
     def __init__(
@@ -145,6 +174,8 @@ class SimReader:
         self._pids: dict[int, _Run] = {}
         self._xids: dict[str, list[int]] = {}
         self._lost: set[str] = set()
+        self._falling: set[str] = set()  # lost after the read that reports their Xid 79
+        self._health = {uuid: self._healthy(gpu) for uuid, gpu in self._gpus.items()}
         for workload in workloads:
             self.add_workload(workload)
 
@@ -187,12 +218,80 @@ class SimReader:
         return run is not None
 
     def inject_xid(self, uuid: str, code: int) -> None:
-        """An Xid on a physical GPU, reported by the next read."""
+        """An Xid on a physical GPU, reported by the next read. Xid 79 (fallen off the bus):
+        the GPU is lost from the read after that, until `set_lost(uuid, False)`."""
         self._xids.setdefault(uuid, []).append(code)
+        if code == XID_FALLEN_OFF_THE_BUS:
+            self._falling.add(uuid)
 
     def set_lost(self, uuid: str, lost: bool = True) -> None:
         """A lost GPU is left out of reads with an error line, as NvmlReader does."""
-        (self._lost.add if lost else self._lost.discard)(uuid)
+        if lost:
+            self._lost.add(uuid)
+        else:
+            self._lost.discard(uuid)
+            self._falling.discard(uuid)
+
+    def set_throttle(self, uuid: str, reason: str, active: bool = True) -> None:
+        """A clock event reason (THROTTLE_REASONS) of a physical GPU starts or ends; in a
+        thermal slowdown the GPU reads HOT_C. Its utilization stays what the work makes it:
+        slower clocks make kernels run longer, not the GPU less busy."""
+        if reason not in THROTTLE_REASONS:
+            raise ValueError(f"unknown throttle reason {reason!r} (known: {THROTTLE_REASONS})")
+        health = self._health_of(uuid)
+        now = set(health.throttle or ())
+        now = now | {reason} if active else now - {reason}
+        throttle = tuple(r for r in THROTTLE_REASONS if r in now)
+        self._set_health(
+            uuid, dataclasses.replace(health, throttle=throttle, hot=bool(now & THERMAL))
+        )
+
+    def inject_ecc(self, uuid: str) -> None:
+        """A double-bit ECC error on a physical GPU: Xid 48 on the next read; the volatile
+        DBE count one higher and (not in MIG mode) a row remapped for it, pending a reset,
+        from then on."""
+        health = self._health_of(uuid)
+        rows = health.rows
+        if rows is not None:  # None: in MIG mode, no remapped rows to show it
+            rows = RemappedRows(
+                correctable=rows.correctable,
+                uncorrectable=rows.uncorrectable + 1,
+                pending=True,
+                failed=rows.failed,
+            )
+        dbe = (health.dbe or 0) + 1
+        self._set_health(uuid, dataclasses.replace(health, dbe=dbe, rows=rows))
+        self.inject_xid(uuid, XID_DBE)
+
+    def fail_remap(self, uuid: str) -> None:
+        """A row remapping of a physical GPU failed: `remapped_rows.failed` from then on (a
+        GPU in MIG mode reports no remapped rows, so nothing shows)."""
+        health = self._health_of(uuid)
+        rows = health.rows
+        if rows is not None:  # None: in MIG mode, no remapped rows to show it
+            rows = RemappedRows(
+                correctable=rows.correctable,
+                uncorrectable=rows.uncorrectable,
+                pending=rows.pending,
+                failed=True,
+            )
+            self._set_health(uuid, dataclasses.replace(health, rows=rows))
+
+    def _healthy(self, gpu: SimGpu) -> _Health:
+        """What a device reports before any fault."""
+        if gpu.parent_uuid is not None:
+            return NO_HEALTH
+        return HEALTHY_MIG if gpu.uuid in self._children else HEALTHY
+
+    def _health_of(self, uuid: str) -> _Health:
+        gpu = self._gpus.get(uuid)
+        if gpu is None or gpu.parent_uuid is not None:
+            raise ValueError(f"{uuid} is not a physical GPU of this node")
+        return self._health[uuid]
+
+    def _set_health(self, uuid: str, health: _Health) -> None:
+        self._health[uuid] = health
+        self._idle.pop(uuid, None)  # an idle GPU's cached reading is stale now
 
     def close(self) -> None:
         """Nothing to release."""
@@ -215,6 +314,9 @@ class SimReader:
             used = sum(r.mem_used_bytes for r, _ in readings)
             devices.append(self._reading(gpu, busy / gpu.mem_total_bytes, (), used))
             devices.extend(r for r, _ in readings)
+        if self._falling:  # their Xid 79 is read: lost from the next read on
+            self._lost |= self._falling
+            self._falling.clear()
         return ReadResult(devices=tuple(devices), errors=tuple(errors))
 
     def _running(self, gpu: SimGpu, t: float) -> tuple[list[tuple[int, int, float]], float, int]:
@@ -254,7 +356,12 @@ class SimReader:
         instance = gpu.parent_uuid is not None
         mig = instance or gpu.uuid in self._children
         power_w = gpu.power_idle_w + (gpu.power_max_w - gpu.power_idle_w) * util / 100.0
-        temp_c = int(TEMP_IDLE_C + (TEMP_FULL_C - TEMP_IDLE_C) * util / 100.0 + 0.5)
+        health = self._health[gpu.uuid]
+        temp_c = (
+            HOT_C
+            if health.hot
+            else int(TEMP_IDLE_C + (TEMP_FULL_C - TEMP_IDLE_C) * util / 100.0 + 0.5)
+        )
         return DeviceReading(
             uuid=GpuUuid(gpu.uuid),
             index=gpu.index,
@@ -269,9 +376,12 @@ class SimReader:
             power_w=None if instance else power_w,
             temp_c=None if instance else temp_c,
             xid_errors=() if instance else tuple(self._xids.pop(gpu.uuid, ())),
-            ecc_dbe=None if instance else 0,
+            ecc_dbe=health.dbe,
             processes=processes,
             mps=gpu.mps and bool(processes),
+            throttle_reasons=health.throttle,
+            remapped_rows=health.rows,
+            pcie_replays=health.replays,  # retired_pages_pending: None, rows are remapped
         )
 
     def _sm(self, run: _Run, t: float) -> float | None:

@@ -12,16 +12,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from producers.agent.loop import Publish
 from producers.simulate.cluster import Change, Cluster
 from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.kube.cluster import KubeMirror
 from producers.simulate.nodes import NodeFleet
-from producers.simulate.scenario import Fault, Scenario
+from producers.simulate.scenario import AGENT_DOWN_S, Fault, Scenario
 from schemas.fields import DEFAULT_CLUSTER
 
-__all__ = ["SimClock", "Simulation", "faults_due"]
+__all__ = ["GpuEvent", "SimClock", "Simulation", "faults_due"]
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,37 @@ class SimClock:
         self._now = epoch_s
 
 
-def faults_due(faults: tuple[Fault, ...], start: float, end: float) -> tuple[set[str], list[Fault]]:
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    """A GPU fault of the scenario beginning, or its `duration_s` running out (`ends`)."""
+
+    fault: Fault
+    ends: bool = False
+
+
+def faults_due(
+    faults: tuple[Fault, ...], start: float, end: float
+) -> tuple[set[str], list[GpuEvent]]:
     """For the interval [start, end): the nodes whose agent is down (no sample of an
-    interval starting in [at_s, at_s + duration_s)), and the Xids that happen in it."""
+    interval starting in [at_s, at_s + duration_s)), and the GPU faults that begin or end
+    in it, in time order. A GPU fault shows in the sample of the interval it begins in,
+    and no longer in that of the interval it ends in."""
     down = {
-        f.node for f in faults if f.kind == "agent-down" and f.at_s <= start < f.at_s + f.duration_s
+        f.node
+        for f in faults
+        if f.kind == "agent-down"
+        and f.at_s <= start < f.at_s + (AGENT_DOWN_S if f.duration_s is None else f.duration_s)
     }
-    xids = [f for f in faults if f.kind == "xid" and start <= f.at_s < end]
-    return down, xids
+    events: list[tuple[float, GpuEvent]] = []
+    for f in faults:
+        if f.kind == "agent-down":
+            continue
+        if start <= f.at_s < end:
+            events.append((f.at_s, GpuEvent(f)))
+        if f.duration_s is not None and start <= f.at_s + f.duration_s < end:
+            events.append((f.at_s + f.duration_s, GpuEvent(f, ends=True)))
+    events.sort(key=lambda timed: timed[0])  # stable: a fault begins before it ends
+    return down, [event for _, event in events]
 
 
 class Simulation:
@@ -124,13 +148,36 @@ class Simulation:
         now = self.sim_time_s
         self.clock.set(self.clock.epoch + now)
         self._apply(self.cluster.advance(now))
-        down, xids = faults_due(self.scenario.faults, start, now)
+        down, events = faults_due(self.scenario.faults, start, now)
         self.down = frozenset(down)
-        for fault in xids:
-            node = self.fleet.nodes[fault.node]
-            gpu = next(g for g in node.layout.gpus if g.index == fault.gpu and not g.parent_uuid)
-            node.reader.inject_xid(gpu.uuid, fault.code)
+        for event in events:
+            self._fault(event)
         self.samples += self.fleet.tick(self.down)
+
+    def _fault(self, event: GpuEvent) -> None:
+        """A GPU fault begins or ends on its node's simulated GPU."""
+        fault = event.fault
+        node = self.fleet.nodes[fault.node]
+        uuid = next(g.uuid for g in node.layout.gpus if g.index == fault.gpu and not g.parent_uuid)
+        reader = node.reader
+        log.info(
+            "simulated gpu fault node=%s gpu=%d kind=%s %s",
+            fault.node,
+            fault.gpu,
+            fault.kind,
+            "ends" if event.ends else "begins",
+        )
+        if fault.kind == "throttle":
+            reader.set_throttle(uuid, fault.reason, active=not event.ends)
+        elif fault.kind == "xid":
+            if event.ends:  # Xid 79's duration: the GPU is back
+                reader.set_lost(uuid, lost=False)
+            else:
+                reader.inject_xid(uuid, fault.code)
+        elif fault.kind == "ecc":
+            reader.inject_ecc(uuid)
+        elif fault.kind == "remap-failure":
+            reader.fail_remap(uuid)
 
     def run(
         self,

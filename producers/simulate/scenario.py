@@ -18,9 +18,11 @@ from typing import Annotated, Literal
 import msgspec
 import yaml
 
-from producers.simulate.gpus import GPU_MODELS
+from producers.simulate.gpus import GPU_MODELS, XID_FALLEN_OFF_THE_BUS
+from schemas.nvml_sample import THROTTLE_REASONS
 
 __all__ = [
+    "AGENT_DOWN_S",
     "SCENARIOS_DIR",
     "Fault",
     "NodePool",
@@ -117,18 +119,26 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     """After a pod ends, its replacement `<name>-<i>-<n>` is created this much later."""
 
 
-class Fault(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Something that goes wrong on a node: its agent stops (`agent-down`), or an Xid."""
+AGENT_DOWN_S = 120.0  # an agent-down fault without duration_s: two minutes without samples
+GPU_FAULTS = frozenset({"xid", "throttle", "ecc", "remap-failure"})
 
-    kind: Literal["agent-down", "xid"]
+
+class Fault(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Something that goes wrong on a node: its agent stops (`agent-down`), or one of its
+    GPUs reports an Xid, throttles, has a double-bit ECC error or fails a row remapping."""
+
+    kind: Literal["agent-down", "xid", "throttle", "ecc", "remap-failure"]
     node: str
     at_s: Annotated[float, msgspec.Meta(ge=0)]
-    duration_s: Annotated[float, msgspec.Meta(gt=0)] = 120.0
-    """agent-down: how long no sample is sent."""
+    duration_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """agent-down: how long no sample is sent (AGENT_DOWN_S when not given); throttle: how
+    long the reason is active; xid 79: how long the GPU is lost. Not given: for good."""
     gpu: NonNegative = 0
-    """xid: index of the GPU."""
-    code: Annotated[int, msgspec.Meta(ge=1)] = 79
+    """xid, throttle, ecc, remap-failure: index of the GPU."""
+    code: Annotated[int, msgspec.Meta(ge=1)] = XID_FALLEN_OFF_THE_BUS
     """xid: the code (79: fallen off the bus, 48: double-bit ECC, 31: MMU fault)."""
+    reason: str = "hw_thermal_slowdown"
+    """throttle: the clock event reason (schemas.nvml_sample.THROTTLE_REASONS)."""
 
 
 class Scenario(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -336,8 +346,26 @@ def _problems(scenario: Scenario) -> Iterator[str]:
         yield from _workload_problems(i, workload, pools)
     nodes = {name: p for p in scenario.nodes for name in node_names(p)}
     for i, fault in enumerate(scenario.faults):
-        owner = nodes.get(fault.node)
-        if owner is None:
-            yield f"$.faults[{i}].node: no node {fault.node!r} (nodes are <pool>-<index>)"
-        elif fault.kind == "xid" and fault.gpu >= owner.gpus_per_node:
-            yield f"$.faults[{i}].gpu: {fault.node} has GPUs 0 to {owner.gpus_per_node - 1}"
+        yield from _fault_problems(i, fault, nodes.get(fault.node))
+
+
+def _fault_problems(index: int, fault: Fault, owner: NodePool | None) -> Iterator[str]:
+    at = f"$.faults[{index}]"
+    if owner is None:
+        yield f"{at}.node: no node {fault.node!r} (nodes are <pool>-<index>)"
+    elif fault.kind in GPU_FAULTS and fault.gpu >= owner.gpus_per_node:
+        yield f"{at}.gpu: {fault.node} has GPUs 0 to {owner.gpus_per_node - 1}"
+    elif fault.kind == "remap-failure" and owner.sharing == "mig":
+        yield f"{at}.kind: a GPU in MIG mode reports no remapped rows (N/A under MIG)"
+    if fault.kind == "throttle" and fault.reason not in THROTTLE_REASONS:
+        yield (
+            f"{at}.reason: unknown throttle reason {fault.reason!r} "
+            f"(known: {', '.join(THROTTLE_REASONS)})"
+        )
+    if fault.duration_s is not None:
+        if fault.kind in ("ecc", "remap-failure"):
+            yield f"{at}.duration_s: {fault.kind} lasts until the GPU is replaced or reset"
+        elif fault.kind == "xid" and fault.code != XID_FALLEN_OFF_THE_BUS:
+            yield f"{at}.duration_s: only Xid 79 has one (the time the GPU is lost)"
+        elif not math.isfinite(fault.duration_s):
+            yield f"{at}.duration_s: must be a finite number"

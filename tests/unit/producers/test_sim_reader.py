@@ -239,8 +239,9 @@ def test_xids_are_reported_once_and_a_lost_gpu_is_an_error_line() -> None:
     other = SimGpu.preset("l40s", "GPU-1", 1)
     reader = SimReader([H100, other], now=clock)
 
-    reader.inject_xid("GPU-1", 79)
-    assert [d.xid_errors for d in reader.read().devices] == [(), (79,)]
+    reader.inject_xid("GPU-1", 31)
+    reader.inject_xid("GPU-1", 13)
+    assert [d.xid_errors for d in reader.read().devices] == [(), (31, 13)]
     assert [d.xid_errors for d in reader.read().devices] == [(), ()]
 
     reader.set_lost("GPU-0")

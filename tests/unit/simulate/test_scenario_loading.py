@@ -173,6 +173,37 @@ def test_each_error_names_the_field(text: str, expected: str) -> None:
             "$.faults[0].gpu: a-1 has GPUs 0 to 3",
         ),
         ("faults:\n  - kind: meteor\n    node: a-1\n    at_s: 10\n", "`$.faults[0].kind`"),
+        (
+            "faults:\n  - {kind: throttle, node: a-1, at_s: 10, reason: gpu_idle}\n",
+            "$.faults[0].reason: unknown throttle reason 'gpu_idle' (known: sw_power_cap, "
+            "hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown, "
+            "sync_boost)",
+        ),
+        (
+            "faults:\n  - {kind: throttle, node: ts-0, at_s: 10, gpu: 8}\n",
+            "$.faults[0].gpu: ts-0 has GPUs 0 to 7",
+        ),
+        ("faults:\n  - {kind: ecc, node: a-0, at_s: 1, gpu: 9}\n", "$.faults[0].gpu: a-0 has"),
+        (
+            "faults:\n  - {kind: remap-failure, node: a-0, at_s: 1, gpu: 4}\n",
+            "$.faults[0].gpu: a-0 has GPUs 0 to 3",
+        ),
+        (
+            "faults:\n  - {kind: remap-failure, node: mig-0, at_s: 1}\n",
+            "$.faults[0].kind: a GPU in MIG mode reports no remapped rows",
+        ),
+        (
+            "faults:\n  - {kind: ecc, node: a-0, at_s: 1, duration_s: 60}\n",
+            "$.faults[0].duration_s: ecc lasts until the GPU is replaced or reset",
+        ),
+        (
+            "faults:\n  - {kind: xid, node: a-0, at_s: 1, code: 31, duration_s: 60}\n",
+            "$.faults[0].duration_s: only Xid 79 has one",
+        ),
+        (
+            "faults:\n  - {kind: throttle, node: a-0, at_s: 1, duration_s: 0}\n",
+            "`$.faults[0].duration_s`",
+        ),
     ],
 )
 def test_each_workload_and_fault_error_names_the_field(extra: str, expected: str) -> None:
