@@ -76,8 +76,34 @@ def test_the_incident_raises_the_gpu_alerts_its_readme_lists() -> None:
         (at(a), a.status, a.labels["node"]) for a in alerts if a.name == "NodeTelemetryMissing"
     ]
     assert telemetry == [(430, "firing", "h100-2"), (490, "resolved", "h100-2")]
+    # A fault at_s = t shows in the sample of [t, t + 1 s) (ts = t), read at t + 1 s.
+    # Xid 79 on GPU 0 of h100-2 at 150 s: in the sample of 150 s, firing then; the hold of
+    # 300 s counts from that sample's end, 151 s: resolved at 451 s (h100-2 is silent from
+    # 400 to 490 s, but the other nodes' stream time passes it).
+    # hw_thermal_slowdown on h100-0's GPU 0 from 200 s for 180 s: samples 200..379 s list
+    # it; active 60 s at 260 s (the end of sample 259 s); sample 380 s has none: resolved.
+    health = sorted(
+        [
+            (at(a), a.name, a.status, a.severity, a.labels["node"], a.labels.get("xid"), a.labels)
+            for a in alerts
+            if a.name in ("GpuXidError", "GpuThrottled")
+        ],
+        key=lambda row: row[:6],
+    )
+    assert [row[:6] for row in health] == [
+        (150, "GpuXidError", "firing", "critical", "h100-2", "79"),
+        (260, "GpuThrottled", "firing", "warning", "h100-0", None),
+        (380, "GpuThrottled", "resolved", "warning", "h100-0", None),
+        (451, "GpuXidError", "resolved", "critical", "h100-2", "79"),
+    ]
+    xid, throttled = health[0][6], health[1][6]
+    assert (xid["pod"], holders[xid["gpu"]]) == ("train-a-0", "train-a-0")
+    assert (throttled["pod"], throttled["reasons"]) == ("chat-serving-0", "hw_thermal_slowdown")
+    assert holders[throttled["gpu"]] == "chat-serving-0"
     assert {a.name for a in alerts} == {
         "GpuIdleAllocated",
         "GpuUnallocatedAccess",
         "NodeTelemetryMissing",
+        "GpuXidError",
+        "GpuThrottled",
     }
