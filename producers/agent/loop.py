@@ -94,6 +94,8 @@ class NodeAgent:
         self._clock = clock or SystemClock()
         self._key = node.encode()
         self._seq = 0
+        self._failing: frozenset[str] = frozenset()
+        """The read errors of the last tick: each is logged when it starts and when it ends."""
         self._last_wall_ms: int | None = None
 
     @property
@@ -136,10 +138,15 @@ class NodeAgent:
         stats.gpus = len(sample.gpus)
         stats.last_sample_bytes = len(value)
         stats.last_read_s = self._clock.monotonic() - started
-        if read.errors:
+        if read.errors or self._failing:
             stats.read_errors += len(read.errors)
-            for error in read.errors:
+            now_failing = frozenset(read.errors)
+            # Once per spell: a lost GPU fails every tick, and the counter counts each.
+            for error in sorted(now_failing - self._failing):
                 log.warning("gpu read failed node=%s error=%r", self.node, error)
+            for error in sorted(self._failing - now_failing):
+                log.info("gpu read recovered node=%s error=%r", self.node, error)
+            self._failing = now_failing
         return sample
 
     def run(self, stop: threading.Event) -> None:

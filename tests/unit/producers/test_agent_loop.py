@@ -222,6 +222,27 @@ def test_stats_count_what_the_ticks_did(caplog: pytest.LogCaptureFixture) -> Non
     assert "gpu read failed node=gpu-node-17 error='GPU 5 GPU-gone: GPU is lost'" in caplog.text
 
 
+def test_an_error_every_tick_is_logged_when_it_starts_and_ends_and_counted_each_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent, _, reader, _ = make_agent(durations=[0.1] * 6)
+    lost, other = "GPU 3 GPU-dead: GPU is lost", "GPU 1 GPU-b: Unknown Error"
+    with caplog.at_level(logging.INFO, logger="producers.agent.loop"):
+        for errors in [(lost,), (lost,), (lost, other), (other,), (), (lost,)]:
+            reader.errors = errors
+            agent.tick()
+    lines = [r.getMessage().split("error=")[1] for r in caplog.records]
+    assert [r.levelname for r in caplog.records] == [
+        "WARNING",
+        "WARNING",
+        "INFO",
+        "INFO",
+        "WARNING",
+    ]
+    assert lines == [repr(lost), repr(other), repr(lost), repr(other), repr(lost)]
+    assert agent.stats.read_errors == 6
+
+
 def run_agent(
     interval_s: float, durations: list[float], ticks: int, prepare: Callable[[FakeReader], None]
 ) -> tuple[NodeAgent, FakeReader, FakeStop, Published]:
