@@ -151,3 +151,38 @@ def test_two_simulated_clusters_are_told_apart_and_filtered_in_top(
     assert doc["pods"]
     assert {p["cluster"] for p in doc["pods"]} == {"infer"}
     assert {g["cluster"] for g in doc["gpus"]} == {"infer"}
+
+
+def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
+    stack: Settings, demo_scope: dict[str, str]
+) -> None:
+    """The incident scenario (producers/simulate/scenarios/README.md): an Xid 79 on a GPU of
+    train-a at 150 s (firing until 451 s) and a thermal slowdown of chat-serving's GPU from
+    200 s (GpuThrottled 260 s to 380 s); the demo stops about 300 s in."""
+    argv = [str(GPUWATCH), "demo", "--scenario", "incident", "--speed", "10"]
+    argv += ["--duration", "33", "--no-ui"]
+    result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
+    assert result.returncode == 0, result.stderr + result.stdout
+
+    client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
+    alerts = [json.loads(raw) for raw in client.hgetall("gpuwatch:alerts:firing").values()]
+    health = {a["name"]: a for a in alerts if a["name"] in ("GpuXidError", "GpuThrottled")}
+    assert set(health) == {"GpuXidError", "GpuThrottled"}, alerts
+    xid, hot = health["GpuXidError"], health["GpuThrottled"]
+    assert (xid["labels"]["xid"], xid["labels"]["pod"], xid["severity"]) == (
+        "79",
+        "train-a-0",
+        "critical",
+    )
+    assert "GPU has fallen off the bus" in xid["summary"]
+    assert (hot["labels"]["pod"], hot["labels"]["reasons"]) == (
+        "chat-serving-0",
+        "hw_thermal_slowdown",
+    )
+    timeline = client.xrange(f"gpuwatch:timeline:{xid['labels']['pod_uid']}")
+    assert any(entry.get("name") == "GpuXidError" for _, entry in timeline), timeline
+
+    top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
+    rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
+    assert "GPU: Xid 79" in rows["research/train-a-0"], top
+    assert "GPU: throttled" in rows["serving/chat-serving-0"], top
