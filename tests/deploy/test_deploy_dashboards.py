@@ -8,10 +8,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
-from deploy_exposition import Exported, gpuwatch_exposition
+from deploy_exposition import Exported, gpuwatch_exposition, worker_metrics
 from deploy_promql import legend_problems, problems, promtool_check, uses
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.examples import example
+from schemas.nvml_sample import NvmlSample
+from schemas.settings import RuleSettings
+from sinks.prometheus.collector import exposition
+from sinks.prometheus.metrics import WorkerMetrics
+from streams.core.gpu_alerts import NodeAlertState, on_sample
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
@@ -21,9 +31,72 @@ THRESHOLD_RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-threshold-rules.yml
 BOARDS = sorted(DASHBOARDS.glob("*.json"))
 
 
+def with_health(metrics: WorkerMetrics, cluster: str | None = None) -> WorkerMetrics:
+    """`metrics` (a `worker_metrics`) after a minute more of the example node, whose busy
+    GPU now reads its health: an Xid 79 in the first sample, a thermal slowdown all along,
+    ECC, row remapping and PCIe counts. The stream's own rules turn them into a
+    GpuXidError and a GpuThrottled of the GPU's pod; its other readings, and the other
+    GPUs, stay as they were."""
+    named = {} if cluster is None else {"cluster": cluster}
+    base = example("gpuwatch.nvml.sample/v1") | named
+    remapped = {"correctable": 0, "uncorrectable": 0, "pending": False, "failed": False}
+    reading = base["gpus"][0] | {
+        "throttle_reasons": ["sw_power_cap", "hw_thermal_slowdown"],
+        "remapped_rows": remapped, "pcie_replays": 4,
+    }  # fmt: skip
+    state: NodeAlertState | None = None
+    for t in range(61):
+        gpus = [reading | {"xid_errors": [79] if t == 0 else []}]
+        raw = base | {"ts": base["ts"] + t * 1000, "seq": t, "gpus": gpus}
+        sample = msgspec.convert(raw, NvmlSample)
+        metrics.observe_sample(sample)
+        state, alerts, _ = on_sample(state, sample, RuleSettings())
+        for alert in alerts:
+            metrics.observe_alert(alert)
+    return metrics
+
+
+def health_exposition() -> Exported:
+    """The names and labels of `with_health`, of the default cluster and a named one."""
+    names: dict[str, set[str]] = {}
+    for cluster in (None, "east"):
+        metrics = with_health(worker_metrics(CollectorRegistry(), cluster), cluster)
+        for family in text_string_to_metric_families(exposition(metrics.registry).decode()):
+            for sample in family.samples:
+                names.setdefault(sample.name, set()).update(sample.labels)
+    return {name: frozenset(labels) for name, labels in names.items()}
+
+
 @pytest.fixture(scope="module")
 def exported() -> Exported:
-    return gpuwatch_exposition()
+    """What gpuwatch exports (deploy_exposition), and the GPU health series and labels of
+    a GPU that reads them (its example sample has none but the ECC count)."""
+    merged = dict(gpuwatch_exposition())
+    for name, labels in health_exposition().items():
+        merged[name] = merged.get(name, frozenset()) | labels
+    return merged
+
+
+def test_the_health_exposition_has_every_health_family_with_its_labels() -> None:
+    health = health_exposition()
+    gpu = {"node", "gpu", "model", "cluster"}
+    assert health["gpuwatch_gpu_throttled"] == gpu | {"reason"}
+    assert health["gpuwatch_gpu_xid_errors_total"] == gpu | {"xid"}
+    for name in ("gpuwatch_gpu_ecc_uncorrectable_errors", "gpuwatch_gpu_row_remap_failed",
+                 "gpuwatch_gpu_row_remap_pending", "gpuwatch_gpu_pcie_replays_total"):  # fmt: skip
+        assert health[name] == gpu, name
+    assert {"xid", "reasons", "pod", "pod_uid"} <= health["gpuwatch_alert_firing"]
+    metrics = with_health(worker_metrics(CollectorRegistry()))
+    firing = {
+        (s.labels["alertname"], s.labels["pod"], s.labels["xid"], s.labels["reasons"])
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "gpuwatch_alert_firing"
+    }
+    assert firing >= {
+        ("GpuXidError", "train-0", "79", ""),
+        ("GpuThrottled", "train-0", "", "hw_thermal_slowdown"),
+    }
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The two rule sets: the stream's alerts (default) and the metric thresholds (alternative).
 
-Both carry the five product alerts under their public names and the same pipeline group,
+Both carry the nine product alerts under their public names and the same pipeline group,
 so a user switches by loading one file instead of the other; the default rules read the
 firing series the worker exports, with no `for`, the stream's severity and a
 keep_firing_for that outlasts a partition's move between workers.
@@ -18,7 +18,7 @@ from support.commands import run_command
 
 from schemas.alert import AlertName
 from schemas.settings import WorkerSettings
-from streams.core import gpu_alerts, pod_alerts
+from streams.core import gpu_alerts, gpu_health, pod_alerts
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -31,6 +31,8 @@ SEVERITY: dict[str, str] = {
     for table in (gpu_alerts.SEVERITY, pod_alerts.SEVERITY)
     for name, severity in table.items()
 }
+BY_CODE = "GpuXidError"  # its severity depends on the Xid code
+XID_WARNINGS = {code for code, (_, sev) in gpu_health.XID_MEANINGS.items() if sev == "warning"}
 
 
 def groups(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -81,7 +83,18 @@ def test_a_stream_rule_reads_its_own_firing_series_with_no_for_and_the_streams_s
     firing = [labels for metric, labels in selectors if metric == "gpuwatch_alert_firing"]
     assert firing
     assert all(labels == f'alertname="{name}"' for labels in firing)
-    assert rule["labels"] == {"severity": SEVERITY[name]}
+    if name == BY_CODE:
+        # No severity of its own: the series' (the stream's, by code) passes through.
+        assert "severity" not in rule.get("labels", {})
+        assert "severity" not in rule["expr"]
+    else:
+        assert rule["labels"] == {"severity": SEVERITY[name]}
+
+
+def test_the_xid_severity_depends_on_the_code_so_one_rule_cannot_fix_it() -> None:
+    severities = {gpu_health.xid_meaning(code)[1] for code in (*gpu_health.XID_MEANINGS, 1)}
+    assert severities == {"warning", "critical"}
+    assert gpu_health.xid_meaning(1)[1] == SEVERITY[BY_CODE] == "critical"  # a code not listed
 
 
 def test_the_stream_rules_keep_firing_longer_than_a_dead_workers_partitions_are_away() -> None:
@@ -107,9 +120,31 @@ def test_the_threshold_rules_keep_their_for_and_severities() -> None:
     assert {name: rule.get("for") for name, rule in rules.items()} == {
         "GpuIdleAllocated": "1m", "GpuUnallocatedAccess": "30s", "PodStalled": "1m",
         "PodQueuedTooLong": None, "NodeTelemetryMissing": "1m",
+        # An Xid is an event held 5m by increase(); an ECC count and a failed remapping
+        # hold until a reset or a new GPU; a slowdown must last the stream's 60 s.
+        "GpuXidError": None, "GpuEccUncorrectable": None, "GpuRowRemapFailure": None,
+        "GpuThrottled": "1m",
     }  # fmt: skip
-    assert {name: rule["labels"]["severity"] for name, rule in rules.items()} == SEVERITY
+    fixed = {name: rule.get("labels", {}).get("severity") for name, rule in rules.items()}
+    assert fixed == SEVERITY | {BY_CODE: None}
     assert not any("gpuwatch_alert_firing" in rule["expr"] for rule in rules.values())
+
+
+def test_the_threshold_xid_rule_sets_the_streams_severity_by_code() -> None:
+    expr = product(THRESHOLDS)[BY_CODE]["expr"]
+    replaced = re.findall(r'"severity",\s*"(\w+)",\s*"(\w+)",\s*"([^"]*)"', expr)
+    (warning_codes,) = [regex for to, source, regex in replaced if to == "warning"]
+    assert [(to, source) for to, source, _ in replaced] == [
+        ("warning", "xid"),
+        ("critical", "severity"),
+    ]  # the codes listed are warnings, every other one critical
+    assert {int(code) for code in warning_codes.split("|")} == XID_WARNINGS
+
+
+def test_the_threshold_throttle_rule_reads_the_streams_slowdowns_only() -> None:
+    expr = product(THRESHOLDS)["GpuThrottled"]["expr"]
+    matched = set(re.findall(r'reason=~"([^"]*)"', expr))
+    assert {frozenset(regex.split("|")) for regex in matched} == {gpu_health.SLOWDOWNS}
 
 
 def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
@@ -126,7 +161,7 @@ def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
 def test_promtool_accepts_the_rule_set(path: Path) -> None:
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 11 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
 
 
 def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:
