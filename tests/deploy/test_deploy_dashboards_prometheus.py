@@ -5,8 +5,9 @@ run time (many-to-many, a group_left on the wrong side) or a query that finds no
 A private Prometheus (its own port and data directory, not the local stack's) scrapes a
 worker, the two sinks, a node agent and a watcher served from this process with a little
 data in each: three pods (stalled, queued, running), three GPUs (busy, allocated and idle,
-free but used). The pod and GPU metrics are served once, under the worker's job (the
-metrics sink's job serves its own counters): the queries are job-agnostic. Dashboard
+free but used), the busy one with health readings and two health alerts firing. The pod
+and GPU metrics are served once, under the worker's job (the metrics sink's job serves its
+own counters): the queries are job-agnostic. Dashboard
 variables take the example pod's values.
 """
 
@@ -35,6 +36,7 @@ from deploy_exposition import (
 from deploy_promql import substitute
 from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
+from test_deploy_dashboards import with_health
 
 from schemas.examples import example
 from sinks.prometheus.metrics import serve
@@ -76,7 +78,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("prometheus")
     servers = []
     registries = {
-        "gpuwatch-worker": worker_metrics(CollectorRegistry()).registry,
+        "gpuwatch-worker": with_health(worker_metrics(CollectorRegistry())).registry,
         "gpuwatch-sink": redis_sink_registry(),
         "gpuwatch-sink-metrics": metrics_sink_registry(),
         "gpuwatch-node-agent": agent_registry(),
@@ -108,6 +110,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             poll(
                 "three scrapes of each target",
                 lambda: len(query(base, "count_over_time(up[1m]) >= 3")) == len(jobs),
+            )
+            # The GPU health panel reads ALERTS: wait for the evaluation that fires them.
+            poll(
+                "the stream's GPU health alerts in ALERTS",
+                lambda: len(query(base, 'ALERTS{alertname=~"GpuXidError|GpuThrottled"}')) == 2,
             )
             yield base
         finally:
@@ -216,3 +223,25 @@ def test_the_alert_the_stream_fired_is_in_alerts_as_firing(prometheus: str) -> N
     assert (labels["severity"], labels["node"], labels["namespace"]) == (
         alert["severity"], alert["labels"]["node"], alert["labels"]["namespace"]
     )  # fmt: skip
+
+
+def test_the_gpu_health_panel_shows_the_alerts_by_pod_and_the_slowed_gpu(
+    prometheus: str,
+) -> None:
+    alerts, slowed = [
+        query(prometheus, expr)
+        for board, title, expr in dashboard_queries()
+        if (board, title) == ("gpuwatch-fleet", "GPU health")
+    ]
+    gpu = example("gpuwatch.nvml.sample/v1")["gpus"][0]["uuid"]
+    assert sorted(
+        (a["metric"]["alertname"], a["metric"]["severity"], a["metric"]["gpu"],
+         a["metric"]["pod"], a["metric"].get("xid", ""))
+        for a in alerts
+    ) == [
+        ("GpuThrottled", "warning", gpu, POD["pod"], ""),
+        ("GpuXidError", "critical", gpu, POD["pod"], "79"),
+    ]  # fmt: skip
+    assert [(s["metric"]["gpu"], s["metric"]["reason"]) for s in slowed] == [
+        (gpu, "hw_thermal_slowdown")  # sw_power_cap is active too: not a fault
+    ]
