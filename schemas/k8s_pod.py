@@ -95,6 +95,13 @@ class K8sPod(Value, frozen=True, kw_only=True, omit_defaults=True):
         str | None, msgspec.Meta(description="batch queue (Kueue, Volcano) when the pod has one")
     ]
     cluster: Cluster = DEFAULT_CLUSTER
+    gpu_products: Annotated[
+        tuple[str, ...] | None,
+        msgspec.Meta(
+            description="the GPU models (node label nvidia.com/gpu.product) the pod's node "
+            "selector and required node affinity allow; null: any (added within v1)"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

@@ -22,6 +22,7 @@ from producers.k8s.objects import (
     Node,
     ObjectMeta,
     Pod,
+    PodSpec,
     parse_time,
 )
 from producers.k8s.selection import GpuResources, effective_request
@@ -36,6 +37,7 @@ __all__ = [
     "NodeRules",
     "PodRules",
     "Stamps",
+    "gpu_products",
     "node_key",
     "node_stamps",
     "normalise_node",
@@ -213,7 +215,42 @@ def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
         priority_class=spec.get("priorityClassName") or None,
         queue=queue or None,
         cluster=rules.cluster,
+        gpu_products=gpu_products(spec),
     )
+
+
+def gpu_products(spec: PodSpec) -> tuple[str, ...] | None:
+    """The GPU models (`nvidia.com/gpu.product` values) a pod may land on, by its node
+    selector and its required node affinity; None where neither constrains the label.
+
+    The terms of a required affinity are ORed: it constrains the label only if every term
+    does (`In`), and then allows the union of their values. A node selector and an
+    affinity must both hold: the intersection. Other operators (NotIn, Exists) and other
+    labels, taints and preferred affinities are not read: what a pod could use is told by
+    model and GPU resource name alone.
+    """
+    allowed: set[str] | None = None
+    selected = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if selected:
+        allowed = {selected}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    by_terms: set[str] | None = set() if terms else None
+    for term in terms:
+        values: set[str] | None = None
+        for expression in term.get("matchExpressions") or ():
+            if expression.get("key") == GPU_PRODUCT_LABEL and expression.get("operator") == "In":
+                these = set(expression.get("values") or ())
+                values = these if values is None else values & these
+        if values is None:
+            by_terms = None  # a term that allows any model: the affinity allows any
+            break
+        assert by_terms is not None
+        by_terms |= values
+    if by_terms is not None:
+        allowed = by_terms if allowed is None else allowed & by_terms
+    return None if allowed is None else tuple(sorted(allowed))
 
 
 def _phase(phase: str) -> PodPhase:

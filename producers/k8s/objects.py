@@ -79,11 +79,35 @@ class Container(TypedDict, total=False):
     """`Always` on an init container makes it a sidecar (runs beside the app containers)."""
 
 
+class NodeSelectorRequirement(TypedDict, total=False):
+    key: str | None
+    operator: str | None
+    values: list[str] | None
+
+
+class NodeSelectorTerm(TypedDict, total=False):
+    matchExpressions: list[NodeSelectorRequirement] | None
+
+
+class NodeSelector(TypedDict, total=False):
+    nodeSelectorTerms: list[NodeSelectorTerm] | None
+
+
+class NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None
+
+
+class Affinity(TypedDict, total=False):
+    nodeAffinity: NodeAffinity | None
+
+
 class PodSpec(TypedDict, total=False):
     nodeName: str | None
     containers: list[Container] | None
     initContainers: list[Container] | None
     priorityClassName: str | None
+    nodeSelector: dict[str, str] | None
+    affinity: Affinity | None
 
 
 class Condition(TypedDict, total=False):

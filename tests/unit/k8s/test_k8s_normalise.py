@@ -317,3 +317,49 @@ def test_a_cordoned_mig_node_whose_kubelet_is_gone(fixture: Fixture) -> None:
     assert dict(node_stamps(node))["cordoned"] == ms("2025-03-04T11:58:02Z")
     raw = K8S_NODES.encode(msgspec.structs.replace(value, type="MODIFIED", ts=1))
     assert list(validator(K8S_NODES.json_schema_file).iter_errors(json.loads(raw))) == []
+
+
+LABEL = "nvidia.com/gpu.product"
+
+
+def _term(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"matchExpressions": list(expressions)}
+
+
+def _in(*values: str, key: str = LABEL, operator: str = "In") -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+def _affinity(*terms: dict[str, Any]) -> dict[str, Any]:
+    required = {"nodeSelectorTerms": list(terms)}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "products"),
+    [
+        ({}, None),
+        ({"nodeSelector": {"kubernetes.io/arch": "amd64"}}, None),
+        ({"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, ("NVIDIA-H100-80GB-HBM3",)),
+        ({"affinity": _affinity(_term(_in("B", "A")))}, ("A", "B")),
+        # Terms are ORed: the union, unless one term allows any model.
+        ({"affinity": _affinity(_term(_in("A")), _term(_in("C")))}, ("A", "C")),
+        ({"affinity": _affinity(_term(_in("A")), _term(_in("x", key="zone")))}, None),
+        # Expressions of a term are ANDed; NotIn is not read.
+        ({"affinity": _affinity(_term(_in("A", "B"), _in("B", "C")))}, ("B",)),
+        ({"affinity": _affinity(_term(_in("A", operator="NotIn")))}, None),
+        # A selector and an affinity both hold.
+        ({"nodeSelector": {LABEL: "A"}, "affinity": _affinity(_term(_in("A", "B")))}, ("A",)),
+        ({"nodeSelector": {LABEL: "C"}, "affinity": _affinity(_term(_in("A", "B")))}, ()),
+    ],
+)
+def test_the_gpu_models_a_pod_may_use_come_from_its_selector_and_affinity(
+    fixture: Fixture, spec: dict[str, Any], products: tuple[str, ...] | None
+) -> None:
+    raw = fixture("pod-pending-unschedulable")
+    raw["spec"] = raw["spec"] | spec
+    value = normalise_pod(POD_DECODER.decode(json.dumps(raw).encode()), POD_RULES, None)
+    assert value.gpu_products == products
+    encoded = K8S_PODS.encode(value)
+    assert (b'"gpu_products"' in encoded) == (products is not None)
+    assert K8S_PODS.decode(encoded) == value

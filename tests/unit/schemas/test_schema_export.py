@@ -86,12 +86,15 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
     for obj in [document, *document.get("$defs", {}).values()]:
         assert obj["description"].strip(), obj["title"]
         # Present-but-null is how "unknown" is said; the optional fields are those added
-        # within v1: `cluster`, whose absence means the default cluster, and a GPU's
-        # health readings, whose absence means null.
+        # within v1: `cluster`, whose absence means the default cluster, a GPU's health
+        # readings and a pod's GPU models, whose absence means null.
         optional = set(obj["properties"]) - set(obj["required"])
-        assert optional <= {"cluster", *HEALTH}, obj["title"]
+        assert optional <= {"cluster", "gpu_products", *HEALTH}, obj["title"]
         if "cluster" in optional:
             assert obj["properties"]["cluster"]["default"] == DEFAULT_CLUSTER
         for name in optional & HEALTH:
             assert obj["title"] == "GpuReading", name
             assert obj["properties"][name]["default"] is None, name
+        if "gpu_products" in optional:
+            assert obj["title"] == "gpuwatch.k8s.pod/v1"
+            assert obj["properties"]["gpu_products"]["default"] is None
