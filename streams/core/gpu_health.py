@@ -330,6 +330,13 @@ def health_step(
     expired: list[Alert] = []
     if faults:
         faults, expired = health_expired(faults, sample.ts, hold_ms)
+    elif not dbe:
+        for gpu in sample.gpus:  # the common case, kept cheap: a healthy node, nothing open
+            rows = gpu.remapped_rows
+            if gpu.xid_errors or gpu.ecc_dbe or gpu.throttle_reasons or (rows and rows.failed):
+                break
+        else:
+            return faults, dbe, expired
     step = _Step(faults, dbe, sample, index, throttle_ms)
     for gpu in sample.gpus:
         step.gpu(gpu)
