@@ -106,7 +106,20 @@ class Codec(Generic[T]):
         self._decoder = msgspec.json.Decoder(value_type)
 
     def decode(self, raw: bytes | str) -> T:
-        """Decode and validate one message; raises a `SchemaError` subclass when it is bad."""
+        """Decode and validate one message; raises a `SchemaError` subclass when it is bad.
+
+        JSON is UTF-8: bytes that are not are refused whole. msgspec checks the strings it
+        decodes, not the names of fields it skips, so a broken byte in an unknown or optional
+        field's name would otherwise pass. An ASCII message (nearly all) needs no further
+        look; `isascii` runs at memory speed.
+        """
+        if isinstance(raw, bytes) and not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedJSON(
+                    self.schema_name, "$", f"not JSON: not UTF-8 at byte {exc.start}"
+                ) from exc
         try:
             return self._decoder.decode(raw)
         except msgspec.ValidationError as exc:

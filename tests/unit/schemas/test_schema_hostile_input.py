@@ -105,3 +105,22 @@ def test_a_huge_key_and_error_are_cut_too() -> None:
 def test_a_limit_without_room_for_the_letter_is_an_error() -> None:
     with pytest.raises(ValueError, match="needs more than 100 bytes"):
         letter(b"x" * 1_000).fitted(100)
+
+
+@pytest.mark.parametrize("where", ["unknown", "optional"])
+def test_bytes_that_are_not_utf8_are_not_json_even_in_a_skipped_field_name(where: str) -> None:
+    message = example("gpuwatch.nvml.sample/v1")
+    message["gpus"][0]["pcie_replays"] = 0
+    raw = json.dumps(message).encode()
+    name = b'"extension_x"' if where == "unknown" else b'"pcie_replays"'
+    if where == "unknown":
+        raw = raw.replace(b'"pcie_replays"', name)
+    broken = raw.replace(name, name[:-2] + b"\x89" + name[-1:])
+    assert NVML_SAMPLES.decode(raw).gpus[0].pcie_replays in (0, None)
+    with pytest.raises(MalformedJSON, match="not UTF-8 at byte") as err:
+        NVML_SAMPLES.decode(broken)
+    assert err.value.field == "$"
+    # UTF-8 beyond ASCII is JSON as ever.
+    assert NVML_SAMPLES.decode(raw.replace(b'"gpu-node-17"', '"gpu-nöde"'.encode())).node == (
+        "gpu-nöde"
+    )
