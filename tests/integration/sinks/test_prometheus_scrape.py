@@ -145,7 +145,8 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
         "GpuIdleAllocated", "GpuUnallocatedAccess", "PodStalled", "PodQueuedTooLong",
         "NodeTelemetryMissing", "GpuwatchPipelineLagging", "GpuwatchDeadLetters",
         "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
-        "GpuwatchMetricsSeriesDropped",
+        "GpuwatchMetricsSeriesDropped", "GpuXidError", "GpuEccUncorrectable",
+        "GpuRowRemapFailure", "GpuThrottled",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:
