@@ -748,3 +748,20 @@ def test_the_packaged_chart_carries_the_linked_rules_and_dashboards(
     )
     assert rendered.returncode == 0, rendered.stderr
     assert [d for d in yaml.safe_load_all(rendered.stdout) if d] == tls
+
+
+def test_existing_service_accounts_are_named_and_bound(helm: str) -> None:
+    objects = render(
+        helm, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform-sa"
+    )
+    assert by_kind(objects, "ServiceAccount") == []
+    # The topics job, a pre-install hook, runs as the namespace's default account anyway.
+    accounts = {c: p["spec"]["serviceAccountName"] for c, p in pod_specs(objects) if c != "topics"}
+    assert set(accounts) == {"worker", "sink-redis", "sink-metrics", "k8s-watcher", "node-agent"}
+    assert set(accounts.values()) == {"platform-sa"}
+    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    assert [s["name"] for s in binding["subjects"]] == ["platform-sa"]
+    unnamed = render(helm, "--set", "serviceAccount.create=false")
+    assert {p["spec"]["serviceAccountName"] for c, p in pod_specs(unnamed) if c != "topics"} == {
+        "default"
+    }

@@ -195,3 +195,14 @@ def test_the_promtool_tests_cover_both_sets() -> None:
     done = run_command(["promtool", "test", "rules", *map(str, tests)], timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("SUCCESS") == len(tests)
+
+
+@pytest.mark.parametrize("path", [STREAM, THRESHOLDS], ids=["stream", "thresholds"])
+def test_the_runbooks_select_pods_by_the_labels_the_chart_gives_them(path: Path) -> None:
+    components = {"worker", "sink-redis", "sink-metrics", "k8s-watcher", "node-agent"}
+    selectors = re.findall(r"kubectl [^`]*?-l (\S+?)`", path.read_text(encoding="utf-8"))
+    assert selectors
+    for selector in selectors:
+        name, _, value = selector.partition("=")
+        assert name == "app.kubernetes.io/component", selector
+        assert value in components, selector

@@ -37,7 +37,7 @@ spec:
         {{- $annotations | nindent 8 }}
       {{- end }}
     spec:
-      serviceAccountName: {{ include "gpuwatch.componentName" $c }}
+      serviceAccountName: {{ include "gpuwatch.serviceAccountName" $c }}
       # It never calls the Kubernetes API.
       automountServiceAccountToken: false
       {{- with $root.Values.imagePullSecrets }}

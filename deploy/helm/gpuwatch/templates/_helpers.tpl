@@ -22,6 +22,19 @@
 {{- printf "%s-%s" (include "gpuwatch.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The service account a component's pods run as: the chart's own per component, or with
+serviceAccount.create=false the existing one named by serviceAccount.name ("default"
+when empty). Called with (dict "root" $ "component" name).
+*/}}
+{{- define "gpuwatch.serviceAccountName" -}}
+{{- if .root.Values.serviceAccount.create -}}
+{{- include "gpuwatch.componentName" . -}}
+{{- else -}}
+{{- .root.Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gpuwatch.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gpuwatch.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
