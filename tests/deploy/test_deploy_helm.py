@@ -765,3 +765,21 @@ def test_existing_service_accounts_are_named_and_bound(helm: str) -> None:
     assert {p["spec"]["serviceAccountName"] for c, p in pod_specs(unnamed) if c != "topics"} == {
         "default"
     }
+
+
+def test_the_node_agent_runs_as_the_gpu_operators_node_components_do(
+    default: list[Object], sim: list[Object], helm: str
+) -> None:
+    agent = one(default, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert (agent["runtimeClassName"], agent["priorityClassName"]) == (
+        "nvidia",
+        "system-node-critical",
+    )
+    simulated = one(sim, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in simulated  # no NVML to reach
+    plain = render(
+        helm, "--set", "nodeAgent.runtimeClassName=", "--set", "nodeAgent.priorityClassName="
+    )
+    spec = one(plain, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in spec
+    assert "priorityClassName" not in spec
