@@ -52,6 +52,9 @@ VARIABLES = {
     "namespace": POD["namespace"],
     "pod": POD["pod"],
     "team": POD["labels"]["team"],
+    # The GPU panels' node and model: the sample's, so a filter that drops them shows.
+    "node": example("gpuwatch.nvml.sample/v1")["node"],
+    "model": example("gpuwatch.nvml.sample/v1")["gpus"][0]["model"],
 }
 # No proxies: an http_proxy in the environment must not swallow requests to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
