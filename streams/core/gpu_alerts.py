@@ -23,6 +23,7 @@ from schemas.settings import RuleSettings
 from streams.core.gpu_health import (
     HEALTH_SEVERITY,
     Fault,
+    gpu_labels,
     health_expired,
     health_firing,
     health_removed,
@@ -217,19 +218,6 @@ def _holders_idle(
     return False if False in idle else None if None in idle else True
 
 
-def _gpu_labels(sample: NvmlSample, gpu: GpuReading, who: list[str]) -> dict[str, str]:
-    """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named
-    (and the cluster, where it is a named one)."""
-    labels = _labels(sample.cluster, node=sample.node, gpu=gpu.uuid, model=gpu.model)
-    if gpu.mig_profile is not None:
-        labels["mig_profile"] = gpu.mig_profile
-    if len(who) == 1:
-        labels["namespace"], labels["pod"] = who[0].split("/", 1)
-    elif who:
-        labels["pods"] = ",".join(who)
-    return labels
-
-
 def _idle_step(
     sample: NvmlSample,
     gpu: GpuReading,
@@ -254,7 +242,7 @@ def _idle_step(
     if run.firing or sample.ts + sample.interval_ms - run.since < idle_ms:
         return run, None
     who = sorted("/".join(index.names[uid]) for uid in holders)
-    run = Run(since=run.since, firing=True, labels=_gpu_labels(sample, gpu, who))
+    run = Run(since=run.since, firing=True, labels=gpu_labels(sample, gpu, who))
     return run, _idle_fired(uuid, run, who, idle_ms)
 
 
@@ -275,7 +263,7 @@ def _leak_step(
         key = f"{gpu.uuid}/{uid}"
         leak = old.get(key)
         if leak is None:
-            labels = _gpu_labels(sample, gpu, [])
+            labels = gpu_labels(sample, gpu, [])
             labels["pod_uid"] = uid
             labels["pids"] = ",".join(str(pid) for pid in sorted(found))
             if uid in index.names:  # it holds another GPU of the node, so it can be named
@@ -391,7 +379,7 @@ def still_firing(
     """
     out = []
     for uuid, run in sorted(state.idle.items()):
-        if run.firing:  # holders named by `pod` (one) or `pods` (several): `_gpu_labels`
+        if run.firing:  # holders named by `pod` (one) or `pods` (several): `gpu_labels`
             labels = run.labels
             one = "pod" in labels
             who = [f"{labels['namespace']}/{labels['pod']}"] if one else labels["pods"].split(",")

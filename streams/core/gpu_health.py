@@ -36,6 +36,7 @@ __all__ = [
     "SLOWDOWNS",
     "XID_MEANINGS",
     "Fault",
+    "gpu_labels",
     "health_expired",
     "health_firing",
     "health_removed",
@@ -115,21 +116,31 @@ def _holders(sample: NvmlSample, gpu: GpuReading, index: AllocationIndex) -> lis
     return held
 
 
+def gpu_labels(sample: NvmlSample, gpu: GpuReading, who: list[str]) -> dict[str, str]:
+    """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named
+    as `ns/pod` (and the cluster, where it is a named one)."""
+    labels = {"node": sample.node, "gpu": gpu.uuid, "model": gpu.model}
+    if sample.cluster != DEFAULT_CLUSTER:
+        labels["cluster"] = sample.cluster
+    if gpu.mig_profile is not None:
+        labels["mig_profile"] = gpu.mig_profile
+    if len(who) == 1:
+        labels["namespace"], labels["pod"] = who[0].split("/", 1)
+    elif who:
+        labels["pods"] = ",".join(who)
+    return labels
+
+
 def _labels(
     sample: NvmlSample, gpu: GpuReading, holders: list[PodUid], index: AllocationIndex
 ) -> dict[str, str]:
-    """Node, GPU, model (MIG profile), the holders by name and uid, the named cluster."""
-    labels = {"node": sample.node, "gpu": gpu.uuid, "model": gpu.model}
-    if gpu.mig_profile is not None:
-        labels["mig_profile"] = gpu.mig_profile
+    """`gpu_labels` with the holders named, and their uids (`pod_uid` or `pod_uids`)."""
     named = sorted((index.names[uid], uid) for uid in holders if uid in index.names)
+    labels = gpu_labels(sample, gpu, ["/".join(name) for name, _ in named])
     if len(named) == 1:
-        (labels["namespace"], labels["pod"]), labels["pod_uid"] = named[0]
+        labels["pod_uid"] = named[0][1]
     elif named:
-        labels["pods"] = ",".join("/".join(name) for name, _ in named)
         labels["pod_uids"] = ",".join(uid for _, uid in named)
-    if sample.cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = sample.cluster
     return labels
 
 
