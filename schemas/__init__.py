@@ -3,6 +3,7 @@
 from . import topics
 from .alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
 from .attribution import Attribution, GpuAttribution
+from .capacity import Capacity, ReclaimableGpu
 from .codec import (
     Codec,
     KeyKind,
@@ -40,6 +41,7 @@ __all__ = [
     "Allocation",
     "Attribution",
     "AttributionMethod",
+    "Capacity",
     "Codec",
     "Condition",
     "ContainerStatus",
@@ -67,6 +69,7 @@ __all__ = [
     "PodUsage",
     "PodWindowShare",
     "RawEncoding",
+    "ReclaimableGpu",
     "SchemaError",
     "Severity",
     "Sharing",

@@ -20,6 +20,7 @@ AlertName = Literal[
     "GpuEccUncorrectable",
     "GpuRowRemapFailure",
     "GpuThrottled",
+    "PodBlockedByFragmentation",
 ]
 AlertStatus = Literal["firing", "resolved"]
 Severity = Literal["info", "warning", "critical"]

@@ -23,7 +23,9 @@ T = TypeVar("T", bound=msgspec.Struct)
 
 DAY_MS = 86_400_000  # topic retentions are whole days
 
-KeyKind = Literal["node", "pod_uid", "gpu_uuid", "alert_fingerprint", "source_topic"]
+KeyKind = Literal[
+    "node", "pod_uid", "gpu_uuid", "alert_fingerprint", "source_topic", "cluster/model/resource"
+]
 """What a topic's message key holds (always as a UTF-8 string)."""
 
 

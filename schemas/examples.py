@@ -234,6 +234,27 @@ ALERT: Final[dict[str, Any]] = {
     "value": 1800.0,
 }
 
+CAPACITY: Final[dict[str, Any]] = {
+    "schema": "gpuwatch.capacity/v1",
+    "ts": 1764412380000,
+    "model": "NVIDIA H100 80GB HBM3",
+    "resource": "nvidia.com/gpu",
+    "free": 6,
+    "stranded": 6,
+    "reclaimable": 1,
+    "free_by_node": {"gpu-node-17": 2, "gpu-node-18": 2, "gpu-node-19": 2},
+    "reclaimable_gpus": [
+        {
+            "node": "gpu-node-20",
+            "uuid": "GPU-5f0c2a8e-1b2c-4d5e-8f90-0a1b2c3d4e5f",
+            "since": 1764412200000,
+            "pods": ["ml-team/notebook-7"],
+        }
+    ],
+    "queued": 1,
+    "blocked": 1,
+}
+
 DEADLETTER: Final[dict[str, Any]] = {
     "schema": "gpuwatch.deadletter/v1",
     "source_topic": "gpuwatch.nvml.samples",
@@ -257,6 +278,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         ATTRIBUTION,
         GPU_WINDOW,
         ALERT,
+        CAPACITY,
         DEADLETTER,
     )
 }

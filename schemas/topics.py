@@ -5,6 +5,7 @@ from typing import Any, Final
 from . import (
     alert,
     attribution,
+    capacity,
     deadletter,
     gpu_window,
     k8s_node,
@@ -19,6 +20,7 @@ __all__ = [
     "ALERTS",
     "ALL_TOPICS",
     "ATTRIBUTION",
+    "CAPACITY",
     "DEADLETTER",
     "DEFAULT_TOPIC_PREFIX",
     "GPU_WINDOWS",
@@ -42,6 +44,7 @@ POD_LIFECYCLE: Final = pod_lifecycle.TOPIC
 ATTRIBUTION: Final = attribution.TOPIC
 GPU_WINDOWS: Final = gpu_window.TOPIC
 ALERTS: Final = alert.TOPIC
+CAPACITY: Final = capacity.TOPIC
 DEADLETTER: Final = deadletter.TOPIC
 
 ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
@@ -53,16 +56,19 @@ ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     ATTRIBUTION,
     GPU_WINDOWS,
     ALERTS,
+    CAPACITY,
     DEADLETTER,
 )
-"""All topics, in the order of DESIGN.md section 3."""
+"""All topics, in the order of DESIGN.md section 3 (`capacity` added before `deadletter`)."""
 
 POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
     spec for spec in ALL_TOPICS if spec.key == "pod_uid"
 )
 """Topics keyed by pod uid: joined by co-partitioning, so they must share a partition count."""
 
-SINK_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)
+SINK_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
+    POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS, CAPACITY
+)  # fmt: skip
 """The derived topics a sink reads back (the worker's Redis writer)."""
 
 

@@ -24,6 +24,7 @@ def test_every_input_and_derived_value_has_the_field() -> None:
         "attribution",
         "gpu.windows",
         "alerts",
+        "capacity",
     }
 
 

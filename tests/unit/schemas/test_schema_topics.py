@@ -27,7 +27,8 @@ ROOT = JSON_DIR.parent.parent  # the repository root, where `schemas` is a regul
 
 DAY_MS = 86_400_000
 
-# DESIGN.md section 3: topic, key, value schema, in the table's order.
+# DESIGN.md section 3: topic, key, value schema, in the table's order (`capacity` added
+# before the dead letters).
 DESIGN_TOPICS = [
     ("nvml.samples", "node", "gpuwatch.nvml.sample/v1"),
     ("k8s.pods", "pod_uid", "gpuwatch.k8s.pod/v1"),
@@ -37,6 +38,7 @@ DESIGN_TOPICS = [
     ("attribution", "pod_uid", "gpuwatch.attribution/v1"),
     ("gpu.windows", "gpu_uuid", "gpuwatch.gpu.window/v1"),
     ("alerts", "alert_fingerprint", "gpuwatch.alert/v1"),
+    ("capacity", "cluster/model/resource", "gpuwatch.capacity/v1"),
     ("deadletter", "source_topic", "gpuwatch.deadletter/v1"),
 ]
 
@@ -66,6 +68,11 @@ def test_only_pod_usage_is_internal() -> None:
 def test_key_of_a_value_is_the_field_the_key_names(spec: TopicSpec[Any]) -> None:
     message = EXAMPLES[spec.schema_name]
     value = spec.decode(json.dumps(message))
+    if spec.key == "cluster/model/resource":
+        assert spec.key_of(value) == f"{message['model']}/{message['resource']}"
+        named = spec.decode(json.dumps({**message, "cluster": "east"}))
+        assert spec.key_of(named) == f"east/{message['model']}/{message['resource']}"
+        return
     assert spec.key_of(value) == message[KEY_FIELD[spec.key]]
 
 

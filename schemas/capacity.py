@@ -1,0 +1,76 @@
+"""The `capacity` topic: a cluster's GPUs of one model and resource, free, stranded and
+reclaimable, each time that picture changes; keyed by `cluster/model/resource`."""
+
+from collections.abc import Mapping
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from .codec import DAY_MS, TopicSpec
+from .fields import DEFAULT_CLUSTER, Cluster, Count, EpochMs, Value, keep_default_cluster
+from .ids import GpuUuid, NodeName
+
+__all__ = ["TOPIC", "Capacity", "ReclaimableGpu", "capacity_key"]
+
+
+class ReclaimableGpu(Value, frozen=True, kw_only=True):
+    """An allocated GPU idle past the idle alert's threshold that a queued pod could use."""
+
+    node: NodeName
+    uuid: GpuUuid
+    since: Annotated[EpochMs, msgspec.Meta(description="idle since (event time)")]
+    pods: Annotated[tuple[str, ...], msgspec.Meta(description="the holders, `namespace/pod`")]
+
+
+class Capacity(Value, frozen=True, kw_only=True, omit_defaults=True):
+    """One cluster's GPUs of one model and one GPU resource, as of `ts` (event time).
+
+    `free` is allocatable minus allocated over the nodes that can take pods (Ready, not
+    cordoned). `stranded`: free devices on nodes that queued pods wanting this resource
+    could use but fit on none of them. `reclaimable`: allocated devices idle for at least
+    the idle alert's threshold on nodes such a queued pod could use (`reclaimable_gpus`,
+    longest idle first). A new record replaces the key's previous one: the latest is the
+    picture now. Semantics: streams/SEMANTICS-capacity.md.
+    """
+
+    schema: Literal["gpuwatch.capacity/v1"]
+    ts: EpochMs
+    model: Annotated[
+        str, msgspec.Meta(description="nvidia.com/gpu.product of the nodes; unknown if unset")
+    ]
+    resource: Annotated[str, msgspec.Meta(description="GPU resource name: nvidia.com/gpu, ...")]
+    free: Count
+    stranded: Count
+    reclaimable: Count
+    free_by_node: Annotated[
+        Mapping[NodeName, Count],
+        msgspec.Meta(description="free devices of each node that has any"),
+    ]
+    reclaimable_gpus: tuple[ReclaimableGpu, ...]
+    queued: Annotated[
+        Count, msgspec.Meta(description="queued pods that want this resource and could use it")
+    ]
+    blocked: Annotated[Count, msgspec.Meta(description="of those, pods blocked by fragmentation")]
+    cluster: Cluster = DEFAULT_CLUSTER
+
+    def __post_init__(self) -> None:
+        keep_default_cluster(self)
+
+
+def capacity_key(cluster: str, model: str, resource: str) -> str:
+    """The record key: `model/resource`, `cluster/model/resource` for a named cluster."""
+    base = f"{model}/{resource}"
+    return base if cluster == DEFAULT_CLUSTER else f"{cluster}/{base}"
+
+
+TOPIC: Final = TopicSpec(
+    name="capacity",
+    key="cluster/model/resource",
+    value_type=Capacity,
+    key_of=lambda value: capacity_key(value.cluster, value.model, value.resource),
+    # Delete after 30 days, as gpu.windows: capacity trends; the latest record per key is
+    # the picture now.
+    compacted=False,
+    retention_ms=30 * DAY_MS,
+    internal=False,
+)
