@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from schemas import K8S_PODS, NVML_SAMPLES, TopicSpec
+from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, TopicSpec
 from schemas.ids import GpuUuid, PodUid
 
 S = 1000
@@ -61,6 +61,17 @@ class PodPlan:
     """A DELETED this long after a Succeeded/Failed finish; None: none."""
 
 
+@dataclass(frozen=True)
+class WaitPlan:
+    """A pod that asks for `gpus` GPUs and is never bound: it waits from `created_ms` until
+    it is deleted at `gone_ms` (None: not before the end)."""
+
+    uid: str
+    created_ms: int
+    gpus: int
+    gone_ms: int | None = None
+
+
 class Input(NamedTuple):
     """One input message: its topic, key, value and event time."""
 
@@ -80,6 +91,11 @@ class History:
     pods: tuple[PodPlan, ...]
     relists_ms: tuple[int, ...] = ()
     cluster_seed: int = 0
+    waiting: tuple[WaitPlan, ...] = ()
+    node_events: bool = False
+    """Whether each node is announced (k8s.nodes ADDED at t0, allocatable its GPUs)."""
+    cordons: tuple[tuple[str, int, int], ...] = ()
+    """(node, from, until) ms after t0: the node is cordoned meanwhile (k8s.nodes MODIFIED)."""
     _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def uuid(self, node: str, index: int) -> GpuUuid:
@@ -185,6 +201,11 @@ class History:
             if pod.deleted_after_ms is not None:
                 at = pod.end_ms + pod.deleted_after_ms
                 events.append(_pod(pod, self.t0, "DELETED", at, rv=rv + 3, phase=pod.finish))
+        for wait in self.waiting:
+            rv += 10
+            events.append(_waiting(wait, self.t0, "ADDED", wait.created_ms, rv=rv))
+            if wait.gone_ms is not None and wait.gone_ms < self.duration_ms:
+                events.append(_waiting(wait, self.t0, "DELETED", wait.gone_ms, rv=rv + 1))
         events.sort(key=lambda e: e["ts"])
         # A relist re-sends every pod alive at that time as it last was.
         for at in self.relists_ms:
@@ -209,10 +230,29 @@ class History:
                 Input(NVML_SAMPLES, x["node"].encode(), json.dumps(x).encode(), x["ts"])
                 for x in self.samples()
             ]
-            rank = {K8S_PODS.name: 0, NVML_SAMPLES.name: 1}
-            self._memo["inputs"] = sorted([*pods, *data], key=lambda m: (m.ts, rank[m.spec.name]))
+            nodes = [
+                Input(K8S_NODES, x["node"].encode(), json.dumps(x).encode(), x["ts"])
+                for x in self.node_events_json()
+            ]
+            rank = {K8S_NODES.name: 0, K8S_PODS.name: 1, NVML_SAMPLES.name: 2}
+            self._memo["inputs"] = sorted(
+                [*nodes, *pods, *data], key=lambda m: (m.ts, rank[m.spec.name])
+            )
         inputs: list[Input] = self._memo["inputs"]
         return inputs
+
+    def node_events_json(self) -> list[dict[str, Any]]:
+        """The k8s.nodes events: each node ADDED at t0, cordoned and uncordoned as planned."""
+        if not self.node_events:
+            return []
+        out = [_node(n, self.t0, "ADDED", 0, cordoned=False) for n in self.nodes]
+        by_name = {n.name: n for n in self.nodes}
+        for name, start, end in self.cordons:
+            out.append(_node(by_name[name], self.t0, "MODIFIED", start, cordoned=True))
+            if end < self.duration_ms:
+                out.append(_node(by_name[name], self.t0, "MODIFIED", end, cordoned=False))
+        out.sort(key=lambda e: e["ts"])
+        return out
 
     def expected(self, idle_util_pct: float = 5.0) -> dict[str, tuple[float, float]]:
         """Per pod uid, (allocated, idle) GPU-seconds as the samples show them.
@@ -273,6 +313,55 @@ def _pod(pod: PodPlan, t0: int, type_: str, at: int, *, rv: int, phase: str) -> 
         "owner": {"kind": "Job", "name": _name(pod)},
         "priority_class": None,
         "queue": None,
+    }
+
+
+def _waiting(wait: WaitPlan, t0: int, type_: str, at: int, *, rv: int) -> dict[str, Any]:
+    """A `k8s.pods` value of a pod no node can take yet."""
+    name = f"wait-{wait.uid[:8]}"
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": f"0/3 nodes are available: {wait.gpus} Insufficient nvidia.com/gpu.",
+    }
+    return {
+        "schema": "gpuwatch.k8s.pod/v1",
+        "type": type_,
+        "ts": t0 + at,
+        "resource_version": str(rv),
+        "uid": wait.uid,
+        "namespace": "ml",
+        "name": name,
+        "node": None,
+        "phase": "Pending",
+        "created_at": t0 + wait.created_ms,
+        "scheduled_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "gpu_request": {"nvidia.com/gpu": wait.gpus},
+        "conditions": [unschedulable],
+        "containers": [],
+        "labels": {"team": "vision"},
+        "owner": {"kind": "Job", "name": name},
+        "priority_class": None,
+        "queue": None,
+    }
+
+
+def _node(node: NodePlan, t0: int, type_: str, at: int, *, cordoned: bool) -> dict[str, Any]:
+    """A `k8s.nodes` value of a planned node: its GPUs allocatable, of the history's model."""
+    return {
+        "schema": "gpuwatch.k8s.node/v1",
+        "type": type_,
+        "node": node.name,
+        "ts": t0 + at,
+        "gpu_capacity": {"nvidia.com/gpu": node.gpus},
+        "gpu_allocatable": {"nvidia.com/gpu": node.gpus},
+        "gpu_product": MODEL.replace(" ", "-"),
+        "labels": {},
+        "ready": True,
+        "unschedulable": cordoned,
     }
 
 

@@ -1,4 +1,5 @@
-"""`gpuwatch worker`: checks the topics, creates the internal tick topic and runs the Faust app."""
+"""`gpuwatch worker`: checks the topics, creates the internal tick and fleet topics and runs
+the Faust app."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from gpuwatch.kafka import (
 from gpuwatch.run.memory import start_trimming, tune_collector
 from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
-from streams.faust.tick_timer import tick_topic_name
+from streams.faust.tick_timer import fleet_topic_name, tick_topic_name
 from streams.faust.worker import new_worker, run_worker
 
 __all__ = ["TICK_RETENTION_MS", "WorkerStartError", "ensure_tick_topic", "run"]
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 # Ticks matter for seconds; an hour covers a worker restart that replays the last commit.
 TICK_RETENTION_MS = 3_600_000
+# Fleet inputs wait for seconds, but a restart reads them again from the oldest one the
+# stored state did not hold, which a pod partition that stopped marking keeps back: a week,
+# as the input topics keep their history.
+FLEET_RETENTION_MS = 7 * 86_400_000
 STOP_TIMEOUT_S = 25.0  # a clean stop takes seconds; Kubernetes kills after 30 s
 EXIT_STUCK = 3  # exit status when the stop had to be forced
 
@@ -56,8 +61,8 @@ def check_topics(settings: Settings) -> None:
 
 
 def ensure_tick_topic(settings: Settings) -> str:
-    """Create the internal tick topic unless it exists; its partition count must match."""
-    name = tick_topic_name(settings)
+    """Create the internal tick and fleet topics unless they exist; their partition counts
+    must match the inputs'. The tick topic's name."""
     kafka = settings.kafka
     try:
         client = admin(
@@ -65,19 +70,24 @@ def ensure_tick_topic(settings: Settings) -> str:
         )
     except KafkaError as exc:
         raise WorkerStartError(f"cannot reach Kafka at {kafka.bootstrap}: {exc!r}") from exc
-    configs = {"cleanup.policy": "delete", "retention.ms": str(TICK_RETENTION_MS)}
     try:
-        partitions = ensure_topic(client, new_topic(kafka, name, configs))
-    except KafkaError as exc:
-        raise WorkerStartError(f"Kafka refused the tick topic {name}: {exc!r}") from exc
+        for name, retention_ms in (
+            (tick_topic_name(settings), TICK_RETENTION_MS),
+            (fleet_topic_name(settings), FLEET_RETENTION_MS),
+        ):
+            configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+            try:
+                partitions = ensure_topic(client, new_topic(kafka, name, configs))
+            except KafkaError as exc:
+                raise WorkerStartError(f"Kafka refused the internal topic {name}: {exc!r}") from exc
+            if partitions != kafka.partitions:
+                raise WorkerStartError(
+                    f"{name} has {partitions} partitions, the inputs have {kafka.partitions}: "
+                    "delete it, the worker recreates it"
+                )
     finally:
         client.close()
-    if partitions != kafka.partitions:
-        raise WorkerStartError(
-            f"{name} has {partitions} partitions, the inputs have {kafka.partitions}: "
-            "delete it, the worker recreates it"
-        )
-    return name
+    return tick_topic_name(settings)
 
 
 def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str = "WARNING") -> int:

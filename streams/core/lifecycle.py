@@ -150,6 +150,8 @@ def on_pod_event(
         labels=dict(event.labels),
         owner=event.owner,
         created_at=event.created_at,
+        gpu_request={r: n for r, n in sorted(event.gpu_request.items()) if n > 0},
+        gpu_products=event.gpu_products,
         resource_version=event.resource_version,
         event_ts=event.ts,
         deleted=event.type == "DELETED",

@@ -24,6 +24,7 @@ import msgspec
 from schemas.fields import DEFAULT_CLUSTER, keep_default_cluster
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
+from streams.core.fleet import FleetNode, FleetUse
 from streams.core.gpu_alerts import NodeAlertState
 from streams.core.gpu_windows import GpuWindowAcc, GpuWindows
 from streams.core.usage import PodTrack, UsageAggregator
@@ -65,6 +66,10 @@ class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
     alert: NodeAlertState | None = None
     windows: list[GpuWindowAcc] = msgspec.field(default_factory=list)
     tracks: list[PodTrack] = msgspec.field(default_factory=list)
+    fleet_node: FleetNode | None = None
+    """What the node can allocate, as last sent to the fleet partition."""
+    fleet_use: FleetUse | None = None
+    """What is allocated and idle on it, as last sent to the fleet partition."""
 
 
 class PartitionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -113,6 +118,8 @@ class NodeRuntime:
         self.labels = dict(doc.labels)
         self.deleted = doc.deleted
         self.seen_until = doc.seen_until
+        self.fleet_node = doc.fleet_node
+        self.fleet_use = doc.fleet_use
         self.alert = (
             doc.alert if doc.alert is not None else NodeAlertState(node=doc.node, cluster=cluster)
         )
@@ -153,6 +160,8 @@ class NodeRuntime:
             alert=self.alert,
             windows=[windows[key] for key in sorted(windows, key=lambda k: (k[1], k[0]))],
             tracks=[tracks[uid] for uid in sorted(tracks)],
+            fleet_node=self.fleet_node,
+            fleet_use=self.fleet_use,
         )
 
     def empty(self) -> bool:

@@ -109,6 +109,10 @@ class PodState(_State, frozen=True, kw_only=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     owner: Owner | None = None
     created_at: int | None = None
+    gpu_request: dict[str, int] = msgspec.field(default_factory=dict)
+    """GPU resource name -> count, from the latest pod event."""
+    gpu_products: tuple[str, ...] | None = None
+    """The GPU models the pod allows (`K8sPod.gpu_products`); None: any."""
     # Pod events applied: the latest one's resource version, event time and type.
     resource_version: str | None = None
     event_ts: int | None = None

@@ -108,8 +108,12 @@ class Progress:
     stored (the agent loop stores it with the state, so a restart reads from it again).
     """
 
-    def __init__(self, inputs: Iterable[str], committed: Committed) -> None:
+    def __init__(
+        self, inputs: Iterable[str], committed: Committed, ticked: Iterable[str] | None = None
+    ) -> None:
         self.inputs = tuple(inputs)
+        self.ticked = self.inputs if ticked is None else tuple(ticked)
+        """The inputs a tick waits for (the others, the fleet topic, go by their own marks)."""
         self._committed = committed
         self._done: dict[tuple[str, int], int] = {}
         self._base: dict[tuple[str, int], int] = {}
@@ -182,7 +186,7 @@ class Progress:
                 del mapping[key]
 
     def _reached(self, partition: int, tick: Tick) -> bool:
-        for topic in self.inputs:
+        for topic in self.ticked:
             end = tick.ends.get(topic)
             if end is None:
                 return False  # a tick that does not say where the input ended proves nothing

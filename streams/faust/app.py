@@ -39,7 +39,12 @@ from streams.faust.consumer import rewinding_consumer
 from streams.faust.inbox import Inbox, Inboxes
 from streams.faust.internals import committed_offset, use_consumer_class, use_fast_lz4
 from streams.faust.tables import FaustTable
-from streams.faust.tick_timer import OffsetProbe, TickSender, tick_topic_name
+from streams.faust.tick_timer import (
+    OffsetProbe,
+    TickSender,
+    fleet_topic_name,
+    tick_topic_name,
+)
 from streams.faust.worker import new_app
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Record
@@ -151,7 +156,7 @@ class _Kafka:
     def send(self, record: Record) -> None:
         """Keep a record for the producer (handed over and flushed by the agent loop)."""
         self.topic(record.topic)  # declared, so that Faust knows the topic
-        self.batches.add(record.topic, record.key, record.value, None)
+        self.batches.add(record.topic, record.key, record.value, record.partition)
 
     def table(self, name: str, changelog: str) -> FaustTable:
         """A memory table restored from its compacted changelog topic."""
@@ -185,6 +190,7 @@ _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
 
 def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
     prefix = settings.kafka.topic_prefix
+    fleet = fleet_topic_name(settings)
     node = NodeConfig(
         prefix=prefix,
         window_ms=settings.windows.window_s * 1000,
@@ -195,9 +201,15 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         idle_after_ms=settings.windows.source_idle_after_s * 1000,
         input_end_ms=settings.worker.input_end_ms,
         now_ms=_wall_ms,
+        fleet_topic=fleet,
     )
     pod = PodConfig(
-        prefix, settings.kafka.partitions, settings.rules, settings.windows, now_ms=_wall_ms
+        prefix,
+        settings.kafka.partitions,
+        settings.rules,
+        settings.windows,
+        now_ms=_wall_ms,
+        fleet_topic=fleet,
     )
     return node, pod
 
@@ -232,10 +244,13 @@ def build(
     probe = OffsetProbe(settings.kafka)
     node_table, pod_table = kafka.table("node-state", node_log), kafka.table("pod-state", pod_log)
 
-    def loop(name: str, inputs: tuple[str, str], state: FaustTable, make: Make) -> AgentLoop:
+    def loop(
+        name: str, inputs: tuple[str, ...], ticked: tuple[str, ...], state: FaustTable, make: Make
+    ) -> AgentLoop:
         return AgentLoop(
             name=name,
             inputs=inputs,
+            ticked=ticked,
             tick_topic=tick_name,
             table=state,
             make=make,
@@ -252,11 +267,22 @@ def build(
 
     node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))
     pod_inputs = (K8S_PODS.full_name(prefix), POD_USAGE.full_name(prefix))
+    # The fleet topic is the pod side's too (its partition 0 hosts the fleet partition), but
+    # not the ticks': the fleet partition goes by the marks in it, not by the ticks.
+    pod_reads = (*pod_inputs, fleet_topic_name(settings))
     node_loop = loop(
-        "node", node_inputs, node_table, lambda p, kv: NodePartition(p, node_config, counters, kv)
+        "node",
+        node_inputs,
+        node_inputs,
+        node_table,
+        lambda p, kv: NodePartition(p, node_config, counters, kv),
     )
     pod_loop = loop(
-        "pod", pod_inputs, pod_table, lambda p, kv: PodPartition(p, pod_config, counters, kv)
+        "pod",
+        pod_reads,
+        pod_inputs,
+        pod_table,
+        lambda p, kv: PodPartition(p, pod_config, counters, kv),
     )
     ticks = TickSender(
         app=app,
@@ -269,9 +295,9 @@ def build(
         inputs=(*node_inputs, *pod_inputs),
     )
     node_inbox = Inbox("node", (*node_inputs, tick_name))
-    pod_inbox = Inbox("pod", (*pod_inputs, tick_name))
+    pod_inbox = Inbox("pod", (*pod_reads, tick_name))
     inboxes = Inboxes(app, (node_inbox, pod_inbox))
-    inputs = frozenset((*node_inputs, *pod_inputs, tick_name))
+    inputs = frozenset((*node_inputs, *pod_reads, tick_name))
     use_consumer_class(app, lambda base: rewinding_consumer(base, inputs, inboxes))
     # Faust's agents subscribe the topics and supervise the loops; the records come through
     # the inboxes, not through the agents' streams (`streams.faust.inbox`).

@@ -23,7 +23,7 @@ from streams.core.ticks import Tick, claims_of, encode_tick
 from streams.faust.clients import TopicPartition, aiokafka_consumer
 from streams.runtime.agent_loop import AgentLoop
 
-__all__ = ["OffsetProbe", "TickSender", "tick_topic_name"]
+__all__ = ["OffsetProbe", "TickSender", "fleet_topic_name", "tick_topic_name"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ OFFSETS_TIMEOUT_S = 10.0  # a healthy broker answers in milliseconds; the next t
 def tick_topic_name(settings: Settings) -> str:
     """The worker's internal tick topic (one per app id, so two apps never mix ticks)."""
     return f"{settings.kafka.topic_prefix}{settings.kafka.app_id}.ticks"
+
+
+def fleet_topic_name(settings: Settings) -> str:
+    """The worker's internal fleet topic (`streams.processors.fleet`), one per app id."""
+    return f"{settings.kafka.topic_prefix}{settings.kafka.app_id}.fleet"
 
 
 class OffsetProbe:

@@ -37,7 +37,22 @@ from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
-from streams.core.gpu_alerts import on_node_removed, on_sample, on_watermark, still_firing
+from streams.core.fleet import (
+    FleetMark,
+    FleetNode,
+    FleetUse,
+    encode_input,
+    node_after_event,
+    node_after_idle_ended,
+    node_after_sample,
+)
+from streams.core.gpu_alerts import (
+    NodeAlertState,
+    on_node_removed,
+    on_sample,
+    on_watermark,
+    still_firing,
+)
 from streams.core.integrals import PriceBook, integrate_sample
 from streams.core.node_doc import (
     NodeDoc,
@@ -53,6 +68,8 @@ from streams.core.split import sample_view
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
+
+FLEET_PARTITION = 0  # as streams.processors.fleet has it (that module is the pod side's)
 
 __all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
 
@@ -85,6 +102,9 @@ class NodeConfig:
     firing: Callable[[Alert], None] | None = None
     """Called, when a partition is made from stored state, with each alert that state says
     is firing (`gpu_alerts.still_firing`): shown again by the metrics, not sent again."""
+    fleet_topic: str | None = None
+    """The internal fleet topic: each node's capacity view goes there when it changes
+    (`streams.core.fleet`); None: no fleet capacity."""
 
 
 class NodePartition:
@@ -106,6 +126,11 @@ class NodePartition:
         self.meta = PartitionMeta()
         """Its own progress, idleness and the node events waiting for stream time."""
         self.sources = SourceWatermarks(config.partitions)
+        self._fleet_marks = SourceWatermarks(
+            config.partitions,
+            lambda st: usage_frontier(st, config.lateness_ms, config.flush_ms, config.window_ms),
+        )
+        """The pod side's watermark of the ticks applied, marked to the fleet partition."""
         self._samples = NVML_SAMPLES.full_name(config.prefix)
         self._step = math.gcd(config.flush_ms, config.window_ms)
         self._dirty: set[str] = set()
@@ -152,6 +177,14 @@ class NodePartition:
         self.counters.ticks += 1
         c, meta = self.config, self.meta
         self.sources.update(tick.claims, tick.idle)
+        if c.fleet_topic is not None:
+            # Everything this partition read before the tick is processed: what it had to
+            # send the fleet partition up to the tick's watermark is sent.
+            before = self._fleet_marks.value
+            wm = self._fleet_marks.update(tick.claims, tick.idle)
+            if wm is not None and wm != before:
+                mark = FleetMark(side="node", partition=self.partition, watermark=wm)
+                out.emit_raw(c.fleet_topic, b"", encode_input(mark), FLEET_PARTITION)
         if c.input_end_ms is not None:
             self._advance(c.input_end_ms + 2 * c.lateness_ms, out)
         else:
@@ -247,6 +280,12 @@ class NodePartition:
         )
         out.emit_all(ALERTS, alerts)
         self.counters.samples_missing += lost
+        if c.fleet_topic is not None:
+            at = sample.ts if frontier is None else max(sample.ts, frontier + 1)
+            use = node_after_sample(node.fleet_use, sample, _idle(node.alert), at)
+            if use is not None:
+                node.fleet_use = use
+                self._fleet(node, use, out)
         node.seen_until = sample.ts + sample.interval_ms
         self._dirty.add(key)
         meta = self.meta
@@ -286,6 +325,7 @@ class NodePartition:
             self._apply_node_event(event, out)
 
     def _apply_node_event(self, event: K8sNode, out: Outputs) -> None:
+        c = self.config
         node = self._node(node_key(event.cluster, event.node), event.node, event.cluster)
         if event.type == "DELETED":
             node.alert, alerts = on_node_removed(node.alert, event.ts)
@@ -294,7 +334,14 @@ class NodePartition:
         else:
             node.deleted = False
             node.labels = dict(event.labels)
-            self.config.prices.set_node_labels(node.node, node.labels, node.cluster)
+            c.prices.set_node_labels(node.node, node.labels, node.cluster)
+        if c.fleet_topic is not None:
+            # At the event's own time, however late on the samples: the fleet partition
+            # waits for this partition's mark of the tick that follows it.
+            view = node_after_event(node.fleet_node, event)
+            if view is not None:
+                node.fleet_node = view
+                self._fleet(node, view, out)
         self._dirty.add(node.key)
 
     def _marks(self) -> tuple[int | None, int | None]:
@@ -327,6 +374,13 @@ class NodePartition:
                     self._dirty.add(node.key)
             self._watermark(st, out)
 
+    def _fleet(self, node: NodeRuntime, view: FleetNode | FleetUse, out: Outputs) -> None:
+        """Send what changed of a node's capacity to the fleet partition."""
+        topic = self.config.fleet_topic
+        if topic is not None:
+            self._dirty.add(node.key)
+            out.emit_raw(topic, b"", encode_input(view), FLEET_PARTITION)
+
     def _watermark(self, st: int, out: Outputs) -> None:
         """Missing telemetry of the nodes at stream time `st`."""
         base = self.config.rules
@@ -338,6 +392,28 @@ class NodePartition:
             if alerts:
                 out.emit_all(ALERTS, alerts)
                 self._dirty.add(node.key)
+                if self.config.fleet_topic is not None:
+                    firing = {uuid for uuid, _, _ in _idle(node.alert)}
+                    use = node_after_idle_ended(node.fleet_use, firing, st + 1)
+                    if use is not None:
+                        node.fleet_use = use
+                        self._fleet(node, use, out)
+
+
+def _idle(alert: NodeAlertState) -> list[tuple[str, int, tuple[str, ...]]]:
+    """The GPUs whose GpuIdleAllocated alert fires: uuid, idle since, holders (`ns/pod`)."""
+    out: list[tuple[str, int, tuple[str, ...]]] = []
+    for uuid, run in alert.idle.items():
+        if run.firing:
+            labels = run.labels
+            if "pods" in labels:
+                pods = tuple(labels["pods"].split(","))
+            elif "pod" in labels:
+                pods = (f"{labels.get('namespace', '')}/{labels['pod']}",)
+            else:
+                pods = ()
+            out.append((uuid, run.since, pods))
+    return out
 
 
 def _later(a: int | None, b: int | None) -> int | None:

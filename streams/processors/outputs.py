@@ -92,11 +92,13 @@ class Source(NamedTuple):
 
 
 class Record(NamedTuple):
-    """One message to publish: full topic name, key and value bytes."""
+    """One message to publish: full topic name, key and value bytes, and the partition
+    where it must go (None: where its key hashes to)."""
 
     topic: str
     key: bytes
     value: bytes
+    partition: int | None = None
 
 
 class Outputs:
@@ -136,6 +138,10 @@ class Outputs:
         self.records.append(Record(topic, key, data))
         if self._observe is not None:
             self._observe(value)
+
+    def emit_raw(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
+        """Publish bytes of an internal topic to one partition (the fleet topic's)."""
+        self.records.append(Record(topic, key, value, partition))
 
     def emit_all(self, spec: TopicSpec[Any], values: list[Any]) -> None:
         """Publish several values on one topic."""

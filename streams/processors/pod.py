@@ -37,10 +37,12 @@ import msgspec
 
 from schemas.alert import Alert
 from schemas.ids import PodUid
+from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams.core import pod_state
+from streams.core.fleet import FleetMark, encode_input
 from streams.core.pod_alerts import still_firing
 from streams.core.pod_state import Forgotten, Held, PodState, new_state
 from streams.core.pod_step import (
@@ -56,6 +58,12 @@ from streams.core.pod_step import (
 from streams.core.sanity import check_pod
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
+from streams.processors.fleet import (
+    FLEET_KEY,
+    FLEET_PARTITION,
+    FleetPartition,
+    fleet_pod,
+)
 from streams.processors.outputs import Counters, Outputs, Source
 
 __all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "SENT_AGAIN_KEEP_MS", "PodConfig", "PodPartition"]
@@ -85,6 +93,10 @@ class PodConfig:
     firing: Callable[[Alert], None] | None = None
     """Called, when a partition is made from stored state, with each alert that state says
     is firing (`pod_alerts.still_firing`): shown again by the metrics, not sent again."""
+    fleet_topic: str | None = None
+    """The internal fleet topic (`streams.processors.fleet`): each partition sends its pods'
+    waiting requests and its marks there, and the fleet partition's processor is hosted by
+    this side's of the same number. None: no fleet capacity."""
 
     def frontier(self, stream_time: int) -> int:
         """The usage frontier of a node partition at `stream_time`."""
@@ -124,7 +136,19 @@ class PodPartition:
         that finds no state would start the pod anew (re-emitting its windows with only
         what came again over the complete records)."""
         self._forgotten_changed: set[PodUid] = set()
+        self._fleet_due: list[PodLifecycle] = []
+        """The transitions into, within or out of queued not yet told the fleet partition."""
+        hosts_fleet = config.fleet_topic is not None and partition == FLEET_PARTITION
+        self.fleet = (
+            FleetPartition(
+                config.partitions, counters, [kv for kv in stored if kv[0].startswith(FLEET_KEY)]
+            )
+            if hosts_fleet
+            else None
+        )
         for key, raw in stored:
+            if key.startswith(FLEET_KEY):
+                continue
             if key.startswith(FORGOTTEN):
                 uid = PodUid(key[len(FORGOTTEN) :].decode())
                 self._forgotten[uid] = pod_state.decode_forgotten(raw)
@@ -150,8 +174,19 @@ class PodPartition:
         if raw is None:
             return None
         if source.topic == self._pods_topic:
-            return self._pod_event(source, raw, out)
-        return self._usage(source, raw, out)
+            at = self._pod_event(source, raw, out)
+        elif source.topic == self.config.fleet_topic:
+            if self.fleet is None:
+                out.dead(
+                    source, raw, "fleet input on a partition other than the fleet's", "internal"
+                )
+                return None
+            return self.fleet.handle(source, raw, out)
+        else:
+            at = self._usage(source, raw, out)
+        if self._fleet_due:
+            self._send_fleet(out)  # a late input applied at once
+        return at
 
     def on_tick(self, tick: Tick, out: Outputs) -> None:
         """A tick whose data is in: release and step the pods due by the new watermark."""
@@ -190,6 +225,27 @@ class PodPartition:
                 if _expired(kept, resume, wm):
                     del self._forgotten[uid]
                     self._forgotten_changed.add(uid)
+        if c.fleet_topic is not None:
+            self._send_fleet(out)
+            out.emit_raw(
+                c.fleet_topic,
+                b"",
+                encode_input(FleetMark(side="pod", partition=self.partition, watermark=wm)),
+                FLEET_PARTITION,
+            )
+
+    def _send_fleet(self, out: Outputs) -> None:
+        """The waiting requests of the pods whose lifecycle moved, to the fleet partition."""
+        topic = self.config.fleet_topic
+        due, self._fleet_due = self._fleet_due, []
+        if topic is None:
+            return
+        for rec in due:
+            state = self.pods.get(rec.uid)
+            if state is not None and state.gpu_request:
+                waiting = rec.to_state == "queued" and rec.node is None
+                value = encode_input(fleet_pod(state, rec.ts, waiting=waiting))
+                out.emit_raw(topic, b"", value, FLEET_PARTITION)
 
     def _forget(self, state: PodState, wm: int) -> None:
         """Keep what tells a forgotten pod's inputs applied while one could come again."""
@@ -241,6 +297,8 @@ class PodPartition:
         self._dirty.clear()
         self._gone.clear()
         self._forgotten_changed.clear()
+        if self.fleet is not None:
+            writes += self.fleet.take_writes()
         return writes
 
     def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
@@ -266,7 +324,10 @@ class PodPartition:
 
     def resume_offsets(self) -> dict[str, int]:
         """The oldest offset still held of each input: where a restart must read from."""
-        return {topic: min(offsets) for topic, offsets in self._held_at.items() if offsets}
+        held = {topic: min(offsets) for topic, offsets in self._held_at.items() if offsets}
+        if self.fleet is not None:
+            held.update(self.fleet.resume_offsets())
+        return held
 
     def _unhold(self, uid: PodUid, ready: list[Held], rest: list[Held]) -> None:
         for item in ready:
@@ -334,6 +395,10 @@ class PodPartition:
         return None if state is None else self._catch_up(state, out)
 
     def _publish(self, outputs: PodOutputs, out: Outputs) -> None:
+        if self.config.fleet_topic is not None:
+            self._fleet_due += [
+                r for r in outputs.lifecycle if "queued" in (r.from_state, r.to_state)
+            ]
         out.emit_all(POD_LIFECYCLE, outputs.lifecycle)
         out.emit_all(ATTRIBUTION, outputs.attributions)
         out.emit_all(ALERTS, outputs.alerts)

@@ -150,11 +150,12 @@ class AgentLoop:
         load_starts: LoadStarts | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         state_every_s: float = 0.0,
+        ticked: Iterable[str] | None = None,
     ) -> None:
         self.name = name
         self.tick_topic = tick_topic
         self.partitions: dict[int, Processor] = {}
-        self.progress = Progress(inputs, committed)
+        self.progress = Progress(inputs, committed, ticked)
         self.outputs = outputs
         self._table = table
         self._make = make

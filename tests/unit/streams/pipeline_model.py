@@ -21,6 +21,7 @@ from histories import Input, partition_of
 from schemas import (
     ALERTS,
     ATTRIBUTION,
+    CAPACITY,
     GPU_WINDOWS,
     K8S_NODES,
     K8S_PODS,
@@ -39,12 +40,14 @@ from streams.runtime.agent_loop import AgentLoop, Message
 
 PREFIX = "pm."
 TICKS = f"{PREFIX}pm.ticks"
+FLEET = f"{PREFIX}pm.fleet"
 SAMPLES = NVML_SAMPLES.full_name(PREFIX)
 NODES = K8S_NODES.full_name(PREFIX)
 PODS = K8S_PODS.full_name(PREFIX)
 USAGE = POD_USAGE.full_name(PREFIX)
 DERIVED = {
-    spec.full_name(PREFIX): spec for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS)
+    spec.full_name(PREFIX): spec
+    for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS, CAPACITY)
 }
 
 
@@ -78,14 +81,17 @@ class Pipeline:
     logs: dict[str, list[list[tuple[bytes, bytes]]]] = field(default_factory=dict)
     derived: list[tuple[str, bytes]] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
+    fleet: bool = True
+    """Whether the worker runs the fleet partition (capacity and fragmentation)."""
 
     def __post_init__(self) -> None:
-        for topic in (SAMPLES, NODES, PODS, USAGE, TICKS):
+        for topic in (SAMPLES, NODES, PODS, USAGE, TICKS, FLEET):
             self.logs[topic] = [[] for _ in range(self.partitions)]
         self.loop = asyncio.new_event_loop()
         self.node_table, self.pod_table = MemTable(), MemTable()
         self.node = self._agent("node", (SAMPLES, NODES), self.node_table, self._node)
-        self.pod = self._agent("pod", (PODS, USAGE), self.pod_table, self._pod)
+        pod_inputs = (PODS, USAGE, FLEET) if self.fleet else (PODS, USAGE)
+        self.pod = self._agent("pod", pod_inputs, self.pod_table, self._pod, ticked=(PODS, USAGE))
         self.read: dict[str, dict[tuple[str, int], int]] = {"node": {}, "pod": {}}
 
     def close(self) -> None:
@@ -103,19 +109,27 @@ class Pipeline:
             partitions=self.partitions,
             idle_after_ms=self.idle_after_ms,
             input_end_ms=self.input_end_ms,
+            fleet_topic=FLEET if self.fleet else None,
         )
         return NodePartition(partition, config, self.counters, stored)
 
     def _pod(self, partition: int, stored: list[tuple[bytes, bytes]]) -> PodPartition:
-        config = PodConfig(PREFIX, self.partitions, self.rules, self.windows)
+        config = PodConfig(
+            PREFIX,
+            self.partitions,
+            self.rules,
+            self.windows,
+            fleet_topic=FLEET if self.fleet else None,
+        )
         return PodPartition(partition, config, self.counters, stored)
 
     def _agent(
         self,
         name: str,
-        inputs: tuple[str, str],
+        inputs: tuple[str, ...],
         table: MemTable,
         make: Callable[[int, list[tuple[bytes, bytes]]], Any],
+        ticked: tuple[str, ...] | None = None,
     ) -> AgentLoop:
         async def flush() -> None:
             return None
@@ -131,11 +145,15 @@ class Pipeline:
             send=self._send,
             flush=flush,
             start_of=lambda topic, partition: 0,
+            ticked=ticked,
         )
 
     def _send(self, record: Record) -> None:
         if record.topic == USAGE:
             self.append(USAGE, record.key, record.value)
+        elif record.topic == FLEET:
+            assert record.partition is not None
+            self.logs[FLEET][record.partition].append((record.key, record.value))
         elif record.topic in DERIVED:
             self.derived.append((record.topic, record.value))
         else:
@@ -151,7 +169,8 @@ class Pipeline:
     def produce(self, inputs: Iterable[Input]) -> None:
         """Produce input messages in the order given."""
         for m in inputs:
-            self.append(SAMPLES if m.spec is NVML_SAMPLES else PODS, m.key, m.value)
+            topic = {NVML_SAMPLES.name: SAMPLES, K8S_NODES.name: NODES}.get(m.spec.name, PODS)
+            self.append(topic, m.key, m.value)
 
     def available(self, agent: str, topic: str) -> list[int]:
         """Partitions of a topic with messages the agent has not read."""
@@ -211,6 +230,7 @@ class Pipeline:
         """Ticks until everything is read and nothing more comes out."""
         everything = [(a, t) for a in ("node", "pod") for t in (TICKS,)]
         everything += [("node", SAMPLES), ("node", NODES), ("pod", PODS), ("pod", USAGE)]
+        everything += [("pod", FLEET)]
         quiet = 0
         while quiet < rounds:
             before = (len(self.derived), sum(len(p) for p in self.logs[USAGE]))
@@ -233,10 +253,11 @@ class Pipeline:
 
 NODE_FIRST = [("node", TICKS), ("pod", TICKS), ("node", SAMPLES), ("node", NODES)]
 ORDERS: dict[str, list[tuple[str, str]]] = {
-    # Every pod event read before the first sample, then the samples and the usage.
-    "pod events first": [("pod", PODS), *NODE_FIRST, ("pod", USAGE)],
-    # Every sample and every usage first, the pod events last.
-    "samples first": [*NODE_FIRST, ("pod", USAGE), ("pod", PODS)],
+    # Every pod event read before the first sample, then the samples and the usage (and
+    # what the fleet partition gets, as soon as it comes).
+    "pod events first": [("pod", PODS), ("pod", FLEET), *NODE_FIRST, ("pod", USAGE)],
+    # Every sample and every usage first, the pod events last, the fleet's inputs after all.
+    "samples first": [*NODE_FIRST, ("pod", USAGE), ("pod", PODS), ("pod", FLEET)],
 }
 
 
@@ -256,8 +277,10 @@ def run_live(history_inputs: list[Input], every: int = 3, **kw: Any) -> Pipeline
         ("node", TICKS),
         ("pod", TICKS),
         ("node", SAMPLES),
+        ("node", NODES),
         ("pod", PODS),
         ("pod", USAGE),
+        ("pod", FLEET),
     ]
     for n, message in enumerate(history_inputs):
         pipe.produce([message])
