@@ -14,12 +14,15 @@ DESCRIPTION = (
     "Show the cluster as the worker's Redis sink holds it, like `kubectl top` "
     "for GPUs: pods (team, state and time in it, GPUs, compute share, VRAM, cost and waste "
     "so far in USD), GPUs (node, model, utilization, VRAM used/total, owning pods, idle "
-    "for) and firing alerts. Redraws in place every --interval seconds until Ctrl-C; "
+    "for) and firing alerts, under a capacity line per cluster (free GPUs per model, how "
+    "many of them stranded, idle allocated GPUs reclaimable, pods blocked by "
+    "fragmentation); a blocked queued pod's reason says what it wants and what the best "
+    "node has. Redraws in place every --interval seconds until Ctrl-C; "
     "--once prints the tables once (plain text, no escapes) and exits. Pods are read from "
     "the state sets, at most --max-rows per refresh (stalled, queued, running, then "
     "finished), and the view says how many were left out. --namespace, --team and --state "
     "also narrow the GPUs (to those the matching pods hold) and the alerts; --cluster keeps "
-    "one cluster's pods, GPUs and alerts where many clusters feed one pipeline. Redis is "
+    "one cluster's pods, GPUs, alerts and capacity where many clusters feed one pipeline. Redis is "
     "--redis-url or GPUWATCH_REDIS_URL; exits 2 when it cannot be read."
 )
 
@@ -43,7 +46,7 @@ def add_parser(verbs: Any) -> None:
         "--cluster",
         dest="top_cluster",
         metavar="NAME",
-        help="only this cluster's pods, GPUs and alerts (where many clusters feed one "
+        help="only this cluster's pods, GPUs, alerts and capacity (where many clusters feed one "
         "pipeline; default: all, with a CLUSTER column when there are several)",
     )
     top.add_argument("--namespace", dest="top_namespace", metavar="NS", help="only this namespace")

@@ -1,10 +1,11 @@
-"""`gpuwatch top`: reads pods, GPUs and firing alerts from Redis and shows them, once or live.
+"""`gpuwatch top`: reads pods, GPUs, firing alerts and the fleet's capacity from Redis and
+shows them, once or live.
 
 The pod set comes from the state sorted sets, not a SCAN, and a refresh costs at most
-three round trips: the set sizes, uids and firing alerts; every pod and GPU hash in one
-pipeline; the names of GPU owners that were not read as rows. At most `max_rows` pods and
-GPUs are read per refresh (pods that want attention first), and the view says how many
-were left out. Rendering is `gpuwatch/top/view.py`.
+three round trips: the set sizes, uids, firing alerts and the capacity hash; every pod and
+GPU hash in one pipeline; the names of GPU owners that were not read as rows. At most
+`max_rows` pods and GPUs are read per refresh (pods that want attention first), and the view
+says how many were left out. Rendering is `gpuwatch/top/view.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from os import terminal_size
 from typing import Any, Final, TextIO
 
+from gpuwatch.top.capacity import parse_capacity
 from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
@@ -243,13 +245,15 @@ class Reader:
             pipe.zcard(keys.state(each))
         pipe.zcard(keys.gpus())
         pipe.hgetall(keys.alerts_firing())
+        pipe.hgetall(keys.capacity())
         for each in wanted:
             pipe.zrevrange(keys.state(each), 0, cap - 1)
         pipe.zrevrange(keys.gpus(), 0, cap - 1)
         first: list[Any] = pipe.execute()
         counts: dict[str, int] = {s: int(n) for s, n in zip(STATES, first, strict=False)}
         gpus_total, firing = int(first[len(STATES)]), first[len(STATES) + 1]
-        lists = dict(zip(wanted, first[len(STATES) + 2 : -1], strict=True))
+        capacity: dict[str, str] = first[len(STATES) + 2]
+        lists = dict(zip(wanted, first[len(STATES) + 3 : -1], strict=True))
         picked = pick_uids(lists, wanted, cap)
         gpu_uuids: list[str] = first[-1]
 
@@ -272,6 +276,9 @@ class Reader:
             pods=rows,
             gpus=gpus,
             alerts=alerts,
+            capacity=tuple(
+                row for _, raw in sorted(capacity.items()) if (row := parse_capacity(raw))
+            ),
             pod_names=names,
             state_counts=counts,
             pods_left_out=max(0, sum(counts[each] for each in wanted) - len(picked)),

@@ -2,6 +2,7 @@
 
 Pure: plain rows in, text out, with `now` passed in. Reading the rows from Redis is
 `gpuwatch/top/live.py`; keeping the two apart lets every column be tested on hand-made rows.
+The capacity line and a blocked pod's reason are formatted by `gpuwatch/top/capacity.py`.
 """
 
 from __future__ import annotations
@@ -12,18 +13,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from gpuwatch.top.capacity import (
+    BLOCKED_ALERT,
+    CapacityRow,
+    blocked_text,
+    capacity_json,
+    capacity_line,
+)
 from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = [
     "SORTS",
     "STATE_ORDER",
     "AlertRow",
+    "CapacityRow",
     "GpuRow",
     "Header",
     "PodRow",
     "Query",
     "Snapshot",
     "View",
+    "blocks",
     "fit_screen",
     "fmt_age",
     "fmt_bytes",
@@ -120,12 +130,14 @@ class Snapshot:
     `pods_left_out` the pods of the states read that did not fit under the cap `max_rows`
     (likewise `gpus_left_out`).
     `pod_names` maps uid -> `namespace/pod` for every pod known, also GPU owners that were
-    not read as rows.
+    not read as rows. `capacity` holds the latest capacity record of each (cluster, model,
+    resource).
     """
 
     pods: tuple[PodRow, ...] = ()
     gpus: tuple[GpuRow, ...] = ()
     alerts: tuple[AlertRow, ...] = ()
+    capacity: tuple[CapacityRow, ...] = ()
     pod_names: Mapping[str, str] = field(default_factory=dict)
     state_counts: Mapping[str, int] = field(default_factory=dict)
     pods_left_out: int = 0
@@ -135,8 +147,10 @@ class Snapshot:
 
     @property
     def empty(self) -> bool:
-        """Nothing at all under the prefix that top reads: no pods, GPUs or alerts."""
-        return not (sum(self.state_counts.values()) or self.gpus_total or self.alerts)
+        """Nothing at all under the prefix that top reads: no pods, GPUs, alerts or capacity."""
+        return not (
+            sum(self.state_counts.values()) or self.gpus_total or self.alerts or self.capacity
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +264,15 @@ def gpu_faults(snapshot: Snapshot) -> dict[str, list[str]]:
                 if what(alert) not in faults:
                     faults.append(what(alert))
     return {uid: sorted(faults) for uid, faults in out.items()}
+
+
+def blocks(snapshot: Snapshot) -> dict[str, AlertRow]:
+    """The firing PodBlockedByFragmentation alert of each pod it names, by pod uid."""
+    return {
+        alert.subject_uid: alert
+        for alert in snapshot.alerts
+        if alert.name == BLOCKED_ALERT and alert.subject_kind == "pod" and alert.subject_uid
+    }
 
 
 def select(snapshot: Snapshot, query: Query) -> View:
@@ -376,8 +399,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int
 
 
 def clusters(snapshot: Snapshot) -> list[str]:
-    """The clusters of the snapshot's pods, GPUs and alerts, in order."""
-    rows: list[PodRow | GpuRow | AlertRow] = [*snapshot.pods, *snapshot.gpus, *snapshot.alerts]
+    """The clusters of the snapshot's pods, GPUs, alerts and capacity, in order."""
+    rows: list[PodRow | GpuRow | AlertRow | CapacityRow] = [
+        *snapshot.pods, *snapshot.gpus, *snapshot.alerts, *snapshot.capacity
+    ]  # fmt: skip
     return sorted({row.cluster for row in rows})
 
 
@@ -394,16 +419,30 @@ def _with_cluster(
     )
 
 
-def _reason_cell(pod: PodRow, faults: Mapping[str, list[str]]) -> str:
-    """The state's reason, and the faults of the pod's GPUs: `GPU: Xid 79, throttled`."""
-    gpu = faults.get(pod.uid)
+def _blocked(pod: PodRow, blocked: Mapping[str, AlertRow]) -> AlertRow | None:
+    """The pod's fragmentation block, while it is queued (a block outliving the queue is
+    about to resolve: not the pod's reason any more)."""
+    return blocked.get(pod.uid) if pod.state == "queued" else None
+
+
+def _reason_cell(
+    pod: PodRow, faults: Mapping[str, list[str]], blocked: Mapping[str, AlertRow] = {}
+) -> str:
+    """The state's reason, a queued pod's fragmentation block (`blocked: wants 4, best node
+    2, 6 free`) and the faults of the pod's GPUs (`GPU: Xid 79, throttled`)."""
+    gpu, block = faults.get(pod.uid), _blocked(pod, blocked)
     parts = [pod.reason] if pod.reason else []
+    parts += [blocked_text(block.labels)] if block else []
     parts += [f"GPU: {', '.join(gpu)}"] if gpu else []
     return "; ".join(parts) or _NONE
 
 
 def _pods_table(
-    view: View, now_ms: int, by_cluster: bool = False, faults: Mapping[str, list[str]] = {}
+    view: View,
+    now_ms: int,
+    by_cluster: bool = False,
+    faults: Mapping[str, list[str]] = {},
+    blocked: Mapping[str, AlertRow] = {},
 ) -> list[str]:
     headers = ["POD", "TEAM", "STATE", "REASON", "FOR", "SHARE", "VRAM", "COST $", "WASTE $"]
     rows = [
@@ -411,7 +450,7 @@ def _pods_table(
             p.name,
             p.team or _NONE,
             p.state,
-            _reason_cell(p, faults),
+            _reason_cell(p, faults, blocked),
             _since(now_ms, p.state_since),
             fmt_pct(None if p.share is None else p.share * 100),
             fmt_bytes(p.vram_bytes),
@@ -461,6 +500,22 @@ def _section(title: str, lines: list[str], shown: int, matched: int) -> list[str
     return [f"{title} ({matched})", *body, *more]
 
 
+def _capacity_rows(snapshot: Snapshot, query: Query) -> list[CapacityRow]:
+    """The capacity rows of the cluster asked for (all without --cluster); the other
+    filters narrow pods, not the fleet's capacity."""
+    return [r for r in snapshot.capacity if query.cluster is None or r.cluster == query.cluster]
+
+
+def _capacity_lines(snapshot: Snapshot, query: Query, by_cluster: bool) -> list[str]:
+    """A capacity line per cluster with capacity records, named when there are several."""
+    rows = _capacity_rows(snapshot, query)
+    names = sorted({r.cluster for r in rows})
+    return [
+        capacity_line((r for r in rows if r.cluster == name), name if by_cluster else None)
+        for name in names
+    ]
+
+
 def notes(snapshot: Snapshot, header: Header) -> list[str]:
     """Lines about what the tables leave out, and the hint when Redis holds nothing."""
     lines = []
@@ -490,10 +545,11 @@ def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         f"pods: {counts}  |  gpus {snapshot.gpus_total}  |  alerts firing "
         f"{len(snapshot.alerts)}  |  sort {query.sort}" + "".join(f"  {f}" for f in filters),
         *([f"clusters: {' '.join(seen)}"] if by_cluster else []),
+        *_capacity_lines(snapshot, query, by_cluster),
         "",
         *_section(
             "PODS",
-            _pods_table(view, now_ms, by_cluster, gpu_faults(snapshot)),
+            _pods_table(view, now_ms, by_cluster, gpu_faults(snapshot), blocks(snapshot)),
             len(view.pods),
             view.pods_matched,
         ),
@@ -531,7 +587,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
     """The same rows as one JSON object (times in epoch ms, money in USD, sizes in bytes)."""
     view = select(snapshot, query)
     names = snapshot.pod_names
-    faults = gpu_faults(snapshot)
+    faults, blocked = gpu_faults(snapshot), blocks(snapshot)
     doc = {
         "at": now_ms,
         "redis": header.target,
@@ -561,6 +617,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
                 "state": p.state,
                 "reason": p.reason or None,
                 "gpu_faults": faults.get(p.uid, []),
+                "blocked": _blocked_json(_blocked(p, blocked)),
                 "state_since": p.state_since,
                 "state_for_s": _seconds(now_ms, p.state_since),
                 "node": p.node or None,
@@ -609,9 +666,39 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
             }
             for a in view.alerts
         ],
+        "capacity": [
+            capacity_json(r)
+            for r in sorted(
+                _capacity_rows(snapshot, query), key=lambda r: (r.cluster, r.model, r.resource)
+            )
+        ],
         "notes": notes(snapshot, header),
     }
     return json.dumps(doc, sort_keys=False) + "\n"
+
+
+def _blocked_json(alert: AlertRow | None) -> dict[str, Any] | None:
+    """A queued pod's fragmentation block for `--json`: its alert's figures, numbers as
+    numbers; None when the pod is not blocked."""
+    if alert is None:
+        return None
+    labels = alert.labels
+    numbers = {k: _int_or_none(labels.get(k)) for k in ("wanted", "best_free", "fleet_free")}
+    return {
+        "resource": labels.get("resource"),
+        "models": labels.get("models"),
+        "best_node": labels.get("best_node"),
+        **numbers,
+        "since": alert.since,
+        "summary": alert.summary,
+    }
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
 
 
 def _seconds(now_ms: int, since: int | None) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
@@ -29,9 +29,10 @@ from schemas.fields import DEFAULT_CLUSTER
 from schemas.nvml_sample import THROTTLE_REASONS, GpuReading, RemappedRows
 
 __all__ = [
-    "ALERT_LABELS", "FAMILIES", "GPU_LABELS", "MAX_LABEL_LEN", "MAX_XID_CODES", "POD_LABELS",
-    "GpuHealth", "GpuSeries", "MetricsServeError", "PodGpu", "PodSeries", "RowFamily",
-    "Snapshot", "WorkerCollector", "clean", "exposition", "label_text", "serve",
+    "ALERT_LABELS", "CAPACITY_LABELS", "FAMILIES", "FREE_LABELS", "GPU_LABELS", "MAX_LABEL_LEN",
+    "MAX_XID_CODES", "POD_LABELS", "GpuHealth", "GpuSeries", "MetricsServeError", "PodGpu",
+    "PodSeries", "Row", "RowFamily", "Snapshot", "WorkerCollector", "clean", "exposition",
+    "label_text", "serve",
 ]  # fmt: skip
 
 # The longest Kubernetes object name (a DNS subdomain): longer is not a name we know, so it
@@ -47,6 +48,10 @@ POD_LABELS = _POD = ("namespace", "pod", "team", "node", "cluster")
 GPU_LABELS = _GPU = ("node", "gpu", "model", "cluster")
 _POD_STATE, _POD_GPU = (*_POD, "state"), (*_POD, "gpu", "model")
 _NS_TEAM = ("namespace", "team", "cluster")
+# Capacity (sinks/prometheus/capacity.py): per model and GPU resource (a MIG profile is a
+# resource of its own, nvidia.com/mig-1g.10gb), and free devices per node of them.
+CAPACITY_LABELS = _CAPACITY = ("model", "resource", "cluster")
+FREE_LABELS = ("node", *_CAPACITY)
 # An in-stream alert and its subject (sinks/prometheus/alerts.py). `xid` (GpuXidError: one
 # alert per GPU and code) and `reasons` (GpuThrottled) are empty on the other alerts.
 ALERT_LABELS = _ALERT = (
@@ -82,6 +87,23 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_gpu_row_remap_pending": ("gauge", "1 when a row remapping waits for a reset", _GPU),
     "gpuwatch_gpu_pcie_replays": ("counter", "PCIe replays as the driver counts them", _GPU),
     "gpuwatch_gpu_xid_errors": ("counter", "Xid errors the samples reported", (*_GPU, "xid")),
+    "gpuwatch_free_gpus": (
+        "gauge",
+        "Devices a new pod could be given on the node now (the latest capacity record); a "
+        "node with none free has no series",
+        FREE_LABELS,
+    ),
+    "gpuwatch_stranded_gpus": (
+        "gauge",
+        "Free devices on nodes queued pods could use, none of which fits on any of them",
+        _CAPACITY,
+    ),
+    "gpuwatch_reclaimable_gpus": (
+        "gauge",
+        "Allocated devices idle past the idle alert's threshold that queued pods could use",
+        _CAPACITY,
+    ),
+    "gpuwatch_blocked_pods": ("gauge", "Queued pods blocked by fragmentation", _CAPACITY),
     "gpuwatch_cost_usd": ("counter", "Cost of GPU-seconds attributed to pods", _NS_TEAM),
     "gpuwatch_waste_usd": ("counter", "Cost of allocated, idle GPU-seconds", _NS_TEAM),
     "gpuwatch_pipeline_lag_seconds": ("gauge", "Wall time minus the event time processed", ()),
@@ -98,7 +120,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_alert_firing": ("gauge", "1 while the in-stream alert fires", _ALERT),
     "gpuwatch_alert_firing_since_seconds": ("gauge", "When the condition began, epoch s", _ALERT),
     "gpuwatch_metrics_series_dropped": ("counter", "Updates refused by a series cap", ("kind",)),
-    "gpuwatch_metrics_tracked": ("gauge", "Pods, GPUs, alert series, label sets held", ("kind",)),
+    "gpuwatch_metrics_tracked": (
+        "gauge",
+        "Pods, GPUs, alert series, capacity keys, label sets held",
+        ("kind",),
+    ),
 }
 """Family name (counters without `_total`) -> (type, help, label names)."""
 
@@ -273,6 +299,8 @@ class Snapshot:
     alerts: Sequence[tuple[Sequence[str], str, float]] = ()
     # the GPUs with a health reading or an Xid counted
     health: Sequence[GpuHealth] = ()
+    # family name -> rows of the capacity families (sinks/prometheus/capacity.py)
+    capacity: Mapping[str, Sequence[Row]] = field(default_factory=dict)
 
 
 class RowFamily(Metric):
@@ -358,6 +386,10 @@ def _render(snap: Snapshot) -> dict[str, RowFamily]:
         idle.add((*labels, "true"), f'{text},allocated="true"', idle_held)
         idle.add((*labels, "false"), f'{text},allocated="false"', idle_free)
     _render_health(fam, snap.health)
+    for name, rows in snap.capacity.items():
+        family = fam[name]
+        for labels, text, count in rows:
+            family.add(labels, text, count)
     firing, since = fam["gpuwatch_alert_firing"], fam["gpuwatch_alert_firing_since_seconds"]
     for labels, text, began in snap.alerts:
         firing.add(labels, text, 1.0)

@@ -1,20 +1,27 @@
-"""The pod and GPU metrics fed from the topics: the consumer of `gpuwatch sink metrics`.
+"""The pod, GPU and capacity metrics fed from the topics: the consumer of `gpuwatch sink
+metrics`.
 
-`MetricsFeed` reads pod.lifecycle, attribution, gpu.windows, pod.usage and nvml.samples in
-a consumer group of its own (`{app_id}.metrics`: replicas share the partitions) and hands
-each decoded record to a `WorkerMetrics`, which serves them at scrape time. A worker no
-longer keeps them: its core does stream processing only.
+`MetricsFeed` reads pod.lifecycle, attribution, gpu.windows, pod.usage, nvml.samples and
+capacity in a consumer group of its own (`{app_id}.metrics`: replicas share the partitions)
+and hands each decoded record to a `WorkerMetrics`, which serves them at scrape time. A
+worker no longer keeps them: its core does stream processing only.
 
 Its state is rebuilt from the topics whenever a partition comes to it (a start, or a
-rebalance that moved the partition here): pod.lifecycle from the start of its retention,
-so every live pod shows its state, not only those that changed state since (a finish older
-than `LOOKBACK_S` drops the pod instead: its series would be gone already); the other
-topics from `LOOKBACK_S` back in wall time (the record timestamps), enough for the live
-readings, and the counters go on from zero, as after any restart of an exporter. A
-partition kept across a rebalance goes on from the group's last commit (every few
-seconds: what is read twice is counted once, see `WorkerMetrics`). A partition that leaves
-takes its pods, GPUs and nodes (each `(cluster, node)`: node names repeat across clusters)
-with it (`WorkerMetrics.forget`).
+rebalance that moved the partition here). pod.lifecycle and capacity are read from the
+start of their retention: the latest record of a pod (its state) or of a capacity key (the
+picture now) can be of any age, since a record is written only when something changes, so
+only the whole retention is sure to hold it. The cost is one pass over a partition's history
+when it comes here; both topics carry a record per change (a pod's transition, a new
+picture of a model's capacity), not per sample, and keep 30 days. A finish
+older than `LOOKBACK_S` drops the pod instead of showing it: its series would be gone
+already. A capacity key whose last record fell out of the retention (nothing changed for
+30 days) is not shown; older records of a key change nothing (only a later `ts` replaces a
+picture). The other topics are read from `LOOKBACK_S` back in wall time (the record
+timestamps), enough for the live readings, and the counters go on from zero, as after any
+restart of an exporter. A partition kept across a rebalance goes on from the group's last
+commit (every few seconds: what is read twice is counted once, see `WorkerMetrics`). A
+partition that leaves takes its pods, GPUs, nodes (each `(cluster, node)`: node names
+repeat across clusters) and capacity keys with it (`WorkerMetrics.forget`).
 """
 
 from __future__ import annotations
@@ -25,13 +32,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity, capacity_key
 from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import Settings
-from schemas.topics import ATTRIBUTION, GPU_WINDOWS, NVML_SAMPLES, POD_LIFECYCLE, POD_USAGE
+from schemas.topics import (
+    ATTRIBUTION,
+    CAPACITY,
+    GPU_WINDOWS,
+    NVML_SAMPLES,
+    POD_LIFECYCLE,
+    POD_USAGE,
+)
 from sinks.consumer import Consumer, ConsumerLoop, KafkaClient, Message
 from sinks.prometheus.metrics import NodeRef, WorkerMetrics
 
@@ -39,7 +54,7 @@ __all__ = ["LOOKBACK_S", "MetricsFeed", "metrics_group"]
 
 log = logging.getLogger(__name__)
 
-LOOKBACK_S = 300.0  # how far back a partition coming here is read (all but pod.lifecycle)
+LOOKBACK_S = 300.0  # how far back a partition coming here is read (but lifecycle, capacity)
 POLL_MS = 500
 MAX_RECORDS = 2000
 FETCH_MIN_BYTES = 64 * 1024  # as the Redis writer: a fetch per 64 kB or 200 ms, not per record
@@ -47,8 +62,10 @@ FETCH_WAIT_MS = 200
 COMMIT_EVERY_MS = 5000
 RETRY_S = 0.5  # pause after a Kafka error (the broker or the group away for a while)
 FEED_TOPICS: tuple[TopicSpec[Any], ...] = (
-    POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, POD_USAGE, NVML_SAMPLES
+    POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, POD_USAGE, NVML_SAMPLES, CAPACITY
 )  # fmt: skip
+FROM_START: tuple[TopicSpec[Any], ...] = (POD_LIFECYCLE, CAPACITY)
+"""Topics whose latest record per key can be of any age: read from the start of retention."""
 
 
 def metrics_group(settings: Settings) -> str:
@@ -74,13 +91,14 @@ class MetricsFeed(ConsumerLoop):
         self.specs: dict[str, TopicSpec[Any]] = {s.full_name(prefix): s for s in FEED_TOPICS}
         super().__init__(settings.kafka, kafka, list(self.specs))
         self.metrics = metrics
-        self.lifecycle_topic = POD_LIFECYCLE.full_name(prefix)
+        self.from_start = {spec.full_name(prefix) for spec in FROM_START}
+        self.capacity_topic = CAPACITY.full_name(prefix)
         self.samples_topic = NVML_SAMPLES.full_name(prefix)
         self.windows_topic = GPU_WINDOWS.full_name(prefix)
         self.group = metrics_group(settings)
         self._wall = wall
         self._owned: dict[Any, set[str]] = {}
-        """partition -> the pod uids or GPU uuids its records named."""
+        """partition -> the pod uids, GPU uuids or capacity keys its records named."""
         self._nodes: dict[Any, set[NodeRef]] = {}
         """partition of the node samples -> the `(cluster, node)`s its records named."""
         self.records = 0
@@ -119,7 +137,7 @@ class MetricsFeed(ConsumerLoop):
             self._forget(gone)
         since_ms = int((self._wall() - LOOKBACK_S) * 1000)
         for tp in sorted(new):
-            if tp.topic == self.lifecycle_topic:
+            if tp.topic in self.from_start:
                 offset = consumer.beginning_offsets([tp])[tp]
             else:
                 offset = self.offset_at(consumer, tp, since_ms)
@@ -130,15 +148,18 @@ class MetricsFeed(ConsumerLoop):
         pods: list[str] = []
         gpus: list[str] = []
         nodes: list[NodeRef] = []
+        capacity: list[str] = []
         for tp in gone:
             owned = self._owned.pop(tp, set())
             if tp.topic == self.samples_topic:
                 nodes.extend(self._nodes.pop(tp, set()))
             elif tp.topic == self.windows_topic:
                 gpus.extend(owned)
+            elif tp.topic == self.capacity_topic:
+                capacity.extend(owned)
             else:
                 pods.extend(owned)
-        self.metrics.forget(pods=pods, gpus=gpus, nodes=nodes)
+        self.metrics.forget(pods=pods, gpus=gpus, nodes=nodes, capacity=capacity)
 
     def _feed(
         self,
@@ -166,6 +187,9 @@ class MetricsFeed(ConsumerLoop):
                 m.observe_sample(record)
             elif isinstance(record, PodUsage):
                 m.observe_usage(record)
+            elif isinstance(record, Capacity):
+                owned.add(capacity_key(record.cluster, record.model, record.resource))
+                m.observe_capacity(record)
             elif isinstance(record, GpuWindow):
                 owned.add(record.uuid)
                 m.observe_gpu_window(record)

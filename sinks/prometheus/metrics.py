@@ -1,19 +1,20 @@
 """gpuwatch's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
 
-Two processes feed one each: `gpuwatch sink metrics` the pods and GPUs (sinks/prometheus/
-feed.py, from the topics), the worker its pipeline's counters and the stream's alerts as
-it emits them (gpuwatch/run/worker_sinks.py).
+Two processes feed one each: `gpuwatch sink metrics` the pods, GPUs and the fleet's
+capacity (sinks/prometheus/feed.py, from the topics), the worker its pipeline's counters and
+the stream's alerts as it emits them (gpuwatch/run/worker_sinks.py).
 
 Cardinality is bounded: label names are fixed (team is the one pod label read), values are
 cleaned, a finished pod's series go after `finished_grace_s`, and pods, GPUs, firing alert
-series and counter label sets each have a cap; refused updates count in
+series, capacity keys and counter label sets each have a cap; refused updates count in
 `gpuwatch_metrics_series_dropped_total`.
 
 Each process exports what its partitions hold: pods of its pod-uid partitions (lifecycle,
 usage, attribution, pod alerts), GPUs of its node (or GPU) partitions (samples, windows, GPU
-and node alerts), so sums over replicas count everything once. On a rebalance call
-`forget(pods=..., nodes=...)` for what was revoked and re-observe the lifecycle state of
-the pods assigned (and the firing alerts, which the stream does not repeat: alerts.py).
+and node alerts), capacity keys of its capacity partitions, so sums over replicas count
+everything once. On a rebalance call `forget(pods=..., nodes=..., capacity=...)` for what was
+revoked and re-observe the lifecycle state of the pods assigned (and the firing alerts,
+which the stream does not repeat: alerts.py).
 
 GPU health (throttle reasons, ECC, row remapping, PCIe replays) is the last sample's, kept
 as read and turned into series at scrape time; a null reading has no series. Xid errors
@@ -40,11 +41,13 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from sinks.prometheus.alerts import FiringAlerts, NodeRef, NodeSet
+from sinks.prometheus.capacity import CapacitySeries
 from sinks.prometheus.collector import (
     GPU_LABELS,
     POD_LABELS,
@@ -113,6 +116,7 @@ class WorkerMetrics:
         max_gpu_series: int = 100_000,
         max_label_sets: int = 10_000,
         max_alert_series: int = 50_000,
+        max_capacity_keys: int = 1000,
         finished_grace_s: float = 300.0,
         gpu_stale_s: float = GPU_STALE_S,
         team_label: str = "team",
@@ -133,8 +137,9 @@ class WorkerMetrics:
         self._pod_marks, self._gpu_marks = Marks(2 * max_pod_series), Marks(max_gpu_series)
         self._alert_marks = Marks(max_label_sets)
         self._firing = FiringAlerts(max_alert_series)
+        self._capacity = CapacitySeries(max_capacity_keys)
         self._counters: dict[str, dict[tuple[str, ...], float]] = {n: {} for n in _COUNTERS}
-        self._dropped = {"pod": 0.0, "gpu": 0.0, "alert": 0.0, "label_set": 0.0}
+        self._dropped = {"pod": 0.0, "gpu": 0.0, "alert": 0.0, "capacity": 0.0, "label_set": 0.0}
         self._lag_s: float | None = None
         self._stream_ms = 0
         self._swept = float("-inf")
@@ -237,6 +242,13 @@ class WorkerMetrics:
                 self._add("alerts", (alert.name, alert.severity, alert.status, alert.cluster), 1.0)
             self._dropped["alert"] += self._firing.observe(alert)
 
+    def observe_capacity(self, rec: Capacity) -> None:
+        """The capacity picture of the record's (cluster, model, resource), unless the one
+        shown is as new or newer."""
+        with self._lock:
+            self._advance(rec.ts)
+            self._dropped["capacity"] += self._capacity.observe(rec)
+
     def show_firing(self, alert: Alert) -> None:
         """Show an alert a restored state says is firing, without counting it as a message
         (it was counted by the process that received it)."""
@@ -259,9 +271,15 @@ class WorkerMetrics:
             self._lag_s = max(0.0, seconds)
 
     def forget(
-        self, *, pods: Iterable[str] = (), gpus: Iterable[str] = (), nodes: Iterable[NodeRef] = ()
+        self,
+        *,
+        pods: Iterable[str] = (),
+        gpus: Iterable[str] = (),
+        nodes: Iterable[NodeRef] = (),
+        capacity: Iterable[str] = (),
     ) -> None:
-        """Drop the series of pods (uids), GPUs (uuids) and nodes of revoked partitions.
+        """Drop the series of pods (uids), GPUs (uuids), nodes and capacity keys
+        (`capacity_key`s) of revoked partitions.
 
         A node is `(cluster, node)`, or a bare node name for that name in every cluster
         (what a partition keyed by node name holds). With them go the firing alerts they
@@ -269,6 +287,7 @@ class WorkerMetrics:
         """
         pods, gpus, gone_nodes = list(pods), list(gpus), NodeSet(nodes)
         with self._lock:
+            self._capacity.forget(capacity)
             self._firing.forget(pods, gpus, gone_nodes)
             for uid in pods:
                 self._pods.pop(uid, None)
@@ -301,7 +320,8 @@ class WorkerMetrics:
             }
             counters["gpuwatch_metrics_tracked"] = {
                 ("pod",): len(self._pods), ("gpu",): len(self._gpus),
-                ("alert",): len(self._firing), ("label_set",): sets,
+                ("alert",): len(self._firing), ("capacity",): len(self._capacity),
+                ("label_set",): sets,
             }  # fmt: skip
             if self._lag_s is not None:
                 counters["gpuwatch_pipeline_lag_seconds"] = {(): self._lag_s}
@@ -318,7 +338,10 @@ class WorkerMetrics:
             ]  # fmt: skip
             alerts = self._firing.rows()
             health = [h for g in self._gpus.values() if (h := g.health(g.sampled >= live))]
-            return Snapshot(pods=pods, gpus=gpus, counters=counters, alerts=alerts, health=health)
+            return Snapshot(
+                pods=pods, gpus=gpus, counters=counters, alerts=alerts, health=health,
+                capacity=self._capacity.rows(),
+            )  # fmt: skip
 
     # Below: called with the lock held.
 

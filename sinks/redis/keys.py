@@ -139,6 +139,12 @@ class RedisKeys:
         """Sorted set: fingerprint by the event time of its latest applied status."""
         return f"{self.prefix}alerts:last"
 
+    # -- capacity -------------------------------------------------------------------------
+    def capacity(self) -> str:
+        """Hash: `capacity_key(cluster, model, resource)` -> JSON of its latest capacity
+        record, the picture now (public)."""
+        return f"{self.prefix}capacity"
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)

@@ -16,6 +16,7 @@ import msgspec
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity, capacity_key
 from schemas.fields import DEFAULT_CLUSTER, Cluster, Sharing
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, NodeName, PodUid
@@ -44,6 +45,7 @@ ScriptName = Literal[
     "hset_if_newer",
     "gpu_live",
     "positions",
+    "field_if_newer",
 ]
 NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
 GPU_LIVE_CHUNK = 500
@@ -75,7 +77,7 @@ class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
     cluster: Cluster = DEFAULT_CLUSTER
 
 
-SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | GpuLive
+SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | Capacity | GpuLive
 
 
 class Command(NamedTuple):
@@ -141,16 +143,23 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
     """The script calls that apply `batch`, in batch order.
 
     GPU live states and GPU windows are coalesced per GPU to the newest one in the batch
-    (at 40,000 GPU-samples/s most of a batch is superseded readings); other records with
-    the same identity are planned once. The live states go out `GPU_LIVE_CHUNK` GPUs to a
+    (at 40,000 GPU-samples/s most of a batch is superseded readings), and capacity records
+    per key to the one the capacity hash would keep (`_capacity`); other records with the
+    same identity are planned once. The live states go out `GPU_LIVE_CHUNK` GPUs to a
     call, where the first of them was in the batch.
     """
     opts = options or PlanOptions()
     newest_gpu: dict[tuple[str, GpuUuid], tuple[int, int, GpuLive | GpuWindow]] = {}
+    newest_capacity: dict[str, tuple[int, Command]] = {}
     planned: list[tuple[int, list[Command]]] = []
     seen: set[tuple[object, ...]] = set()
     for position, record in enumerate(batch):
-        if isinstance(record, GpuLive | GpuWindow):
+        if isinstance(record, Capacity):
+            command = _capacity(record, opts)
+            held = newest_capacity.get(command.args[0])
+            if held is None or _capacity_order(command) > _capacity_order(held[1]):
+                newest_capacity[command.args[0]] = (position, command)
+        elif isinstance(record, GpuLive | GpuWindow):
             slot = (type(record).__name__, record.uuid)
             order = record.ts if isinstance(record, GpuLive) else record.window_start
             if slot not in newest_gpu or order >= newest_gpu[slot][1]:
@@ -158,6 +167,7 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
         elif (identity := _identity(record)) not in seen:
             seen.add(identity)
             planned.append((position, _commands(record, opts)))
+    planned += [(position, [command]) for position, command in newest_capacity.values()]
     live: list[tuple[int, GpuLive]] = []
     for position, _, record in newest_gpu.values():
         if isinstance(record, GpuLive):
@@ -190,8 +200,10 @@ def _identity(record: PodLifecycle | Attribution | Alert) -> tuple[object, ...]:
     return ("alert", record.fingerprint, record.status, record.ts)
 
 
-def _commands(record: SinkRecord, opts: PlanOptions) -> list[Command]:
-    """The script calls of one record."""
+def _commands(
+    record: PodLifecycle | Attribution | Alert | GpuLive | GpuWindow, opts: PlanOptions
+) -> list[Command]:
+    """The script calls of one record (capacity records are coalesced first: `plan`)."""
     if isinstance(record, PodLifecycle):
         return _lifecycle(record, opts)
     if isinstance(record, Attribution):
@@ -286,6 +298,25 @@ def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
     for uid in _pods_of(record):
         commands.append(_timeline(uid, identity, record.ts, opts, fields))
     return commands
+
+
+def _capacity(record: Capacity, opts: PlanOptions) -> Command:
+    """The record's JSON under its key in the capacity hash, unless a later one is there.
+
+    One hash, not a key per picture: the keys are few (clusters x models x GPU resources)
+    and a reader wants them all at once (one HGETALL). The JSON is the record as its topic
+    carries it (no `cluster` for the default cluster), keys sorted, so equal records are
+    equal strings and the tie at an equal `ts` is the same whatever the arrival order.
+    """
+    key = capacity_key(record.cluster, record.model, record.resource)
+    message = _json(msgspec.to_builtins(record))
+    return Command("field_if_newer", (opts.keys.capacity(),), (key, str(record.ts), message))
+
+
+def _capacity_order(command: Command) -> tuple[int, str]:
+    """Which of two capacity writes of one key the hash keeps: the later ts, then the
+    greater JSON (field_if_newer.lua)."""
+    return int(command.args[1]), command.args[2]
 
 
 def _pods_of(record: Alert) -> list[PodUid]:

@@ -23,6 +23,7 @@ from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
@@ -57,8 +58,10 @@ POD = example("gpuwatch.pod.lifecycle/v1")
 
 def worker_metrics(registry: CollectorRegistry, cluster: str | None = None) -> WorkerMetrics:
     """A worker that has seen pods in three states, their usage and windows, three GPUs
-    (busy, idle and allocated, free but used by a pod not holding it), an alert; all of
-    the default cluster, or of the named `cluster` (whose series have a `cluster` label)."""
+    (busy, idle and allocated, free but used by a pod not holding it), an alert, and the
+    example capacity picture (H100s: 2 free on each of three nodes, the sample's among
+    them, all 6 stranded, 1 reclaimable, 1 pod blocked); all of the default cluster, or of
+    the named `cluster` (whose series have a `cluster` label)."""
     metrics = WorkerMetrics(registry, clock=lambda: 0.0)
     named = {} if cluster is None else {"cluster": cluster}
     gpus = example("gpuwatch.nvml.sample/v1")["gpus"]
@@ -96,6 +99,7 @@ def worker_metrics(registry: CollectorRegistry, cluster: str | None = None) -> W
     ]
     metrics.observe_sample(msgspec.convert(sample, NvmlSample))
     metrics.observe_alert(msgspec.convert(example("gpuwatch.alert/v1") | named, Alert))
+    metrics.observe_capacity(msgspec.convert(example("gpuwatch.capacity/v1") | named, Capacity))
     metrics.count_event("gpuwatch.nvml.samples", 3)
     metrics.count_deadletter("gpuwatch.k8s.pods", "schema")
     metrics.set_lag(1.5)

@@ -209,6 +209,49 @@ def test_the_dashboards_cover_the_metrics_of_design_section_5(exported: Exported
     assert design - used == set()
 
 
+CAPACITY = {
+    "gpuwatch_free_gpus", "gpuwatch_stranded_gpus", "gpuwatch_reclaimable_gpus",
+    "gpuwatch_blocked_pods",
+}  # fmt: skip
+"""DESIGN.md section 7's capacity metrics, and the blocked pods beside them."""
+
+
+def test_the_fleet_board_has_a_capacity_row_of_the_capacity_metrics(exported: Exported) -> None:
+    assert set(exported) >= CAPACITY
+    assert exported["gpuwatch_free_gpus"] == {"node", "model", "resource", "cluster"}
+    assert exported["gpuwatch_stranded_gpus"] == {"model", "resource", "cluster"}
+    board = load(DASHBOARDS / "gpuwatch-fleet.json")
+    rows = [p for p in board["panels"] if p["type"] == "row"]
+    (row,) = [r for r in rows if r["title"] == "Capacity"]
+    start = row["gridPos"]["y"]
+    end = min((r["gridPos"]["y"] for r in rows if r["gridPos"]["y"] > start), default=10**6)
+    below = [p for p in board["panels"] if p["type"] != "row" and start < p["gridPos"]["y"] < end]
+    used = {
+        p["title"]: set().union(*(uses(t["expr"]).metrics for t in p["targets"])) for p in below
+    }
+    assert used == {
+        "Free GPUs": {"gpuwatch_free_gpus"},
+        "Stranded": {"gpuwatch_stranded_gpus"},
+        "Reclaimable": {"gpuwatch_reclaimable_gpus"},
+        "Pods blocked by fragmentation": {"gpuwatch_blocked_pods"},
+        "Free GPUs by model": {"gpuwatch_free_gpus", "gpuwatch_stranded_gpus"},
+        "Stranded and reclaimable by model": {
+            "gpuwatch_stranded_gpus", "gpuwatch_reclaimable_gpus"
+        },
+        "Free GPUs by node": {"gpuwatch_free_gpus"},
+    }  # fmt: skip
+    for panel in below:
+        for target in panel["targets"]:
+            for metric, labels in re.findall(r"(gpuwatch_\w+)\{([^}]*)\}", target["expr"]):
+                # The model variable filters every capacity selector, the node variable the
+                # per-node ones (the others have no node).
+                assert 'model=~"$model"' in labels, (panel["title"], metric)
+                node = 'node=~"$node"' in labels
+                assert node == (metric == "gpuwatch_free_gpus"), (panel["title"], metric)
+    (table,) = [p for p in below if p["type"] == "table"]
+    assert table["targets"][0]["format"] == "table"
+
+
 def test_only_scrape_health_is_read_by_job() -> None:
     """The pod and GPU metrics come from the metrics sink, the pipeline's from the worker,
     and each may move: a panel selects a job only to count its targets (`up`)."""

@@ -188,6 +188,32 @@ def test_the_key_numbers_of_the_fleet_and_queue_boards(prometheus: str) -> None:
     assert (holder["metric"]["pod"], holder["metric"]["gpu"]) == ("serve-0", "GPU-idle-allocated")
 
 
+def test_the_capacity_row_of_the_fleet_board(prometheus: str) -> None:
+    """The example picture: H100s with 2 free on each of three nodes (the node variable
+    keeps the sample's), all 6 stranded, 1 reclaimable, 1 pod blocked."""
+
+    def value(promql: str) -> float:
+        (sample,) = query(prometheus, promql)
+        return float(sample["value"][1])
+
+    exprs = {title: e for board, title, e in dashboard_queries() if board == "gpuwatch-fleet"}
+    assert value(exprs["Free GPUs"]) == 2
+    assert value(exprs["Stranded"]) == 6
+    assert value(exprs["Reclaimable"]) == 1
+    assert value(exprs["Pods blocked by fragmentation"]) == 1
+    (by_model,) = query(prometheus, exprs["Free GPUs by model"])
+    assert (by_model["metric"]["model"], by_model["metric"]["resource"]) == (
+        VARIABLES["model"], "nvidia.com/gpu"
+    )  # fmt: skip
+    assert float(by_model["value"][1]) == 2
+    (by_node,) = query(prometheus, exprs["Free GPUs by node"])
+    assert (by_node["metric"]["node"], float(by_node["value"][1])) == (VARIABLES["node"], 2)
+    every_node = exprs["Free GPUs by node"].replace(f'node=~"{VARIABLES["node"]}"', 'node=~".*"')
+    assert sorted(r["metric"]["node"] for r in query(prometheus, every_node)) == [
+        "gpu-node-17", "gpu-node-18", "gpu-node-19"
+    ]  # fmt: skip
+
+
 def test_the_sinks_on_the_pipeline_board(prometheus: str) -> None:
     def value(promql: str) -> float:
         (sample,) = query(prometheus, promql)

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
@@ -105,6 +106,16 @@ def alert(fingerprint: str = "f1", status: str = "firing", ts: int = T0) -> Aler
     return msgspec.convert(raw, Alert)
 
 
+def capacity(ts: int = T0, free: dict[str, int] | None = None, **kw: Any) -> Capacity:
+    """The example capacity of H100s (nvidia.com/gpu) as of `ts`, free on the nodes of `free`
+    (its three nodes with two each unless told); `free` is their sum."""
+    raw = example("gpuwatch.capacity/v1") | {"ts": ts, "model": "H100"}
+    if free is not None:
+        raw |= {"free_by_node": free, "free": sum(free.values())}
+    raw |= kw
+    return msgspec.convert(raw, Capacity)
+
+
 Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
 
 
@@ -127,6 +138,7 @@ def populated() -> WorkerMetrics:
     metrics.observe_gpu_window(window("GPU-1", T0))
     metrics.observe_sample(sample("n1", T0, [gpu("GPU-1", 3.0, pods=("x",))], {"u2": ["GPU-1"]}))
     metrics.observe_alert(alert())
+    metrics.observe_capacity(capacity(free={"n1": 2, 'we"ird\\node': 1}))
     metrics.count_event("gpuwatch.nvml.samples", 3)
     metrics.count_deadletter("gpuwatch.k8s.pods", "schema")
     metrics.set_lag(2.5)

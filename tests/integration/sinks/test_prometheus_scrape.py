@@ -146,7 +146,7 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
         "NodeTelemetryMissing", "GpuwatchPipelineLagging", "GpuwatchDeadLetters",
         "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
         "GpuwatchMetricsSeriesDropped", "GpuXidError", "GpuEccUncorrectable",
-        "GpuRowRemapFailure", "GpuThrottled",
+        "GpuRowRemapFailure", "GpuThrottled", "PodBlockedByFragmentation", "GpuCapacityStranded",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
 from schemas.pod_lifecycle import PodLifecycle
@@ -56,6 +57,12 @@ def alert(fp: str, status: str, ts: int, uid: str | None = None, name: str = "Po
     return _record(
         "gpuwatch.alert/v1", Alert, fingerprint=fp, status=status, ts=ts, subject=subject, name=name
     )
+
+
+def capacity(ts: int, free: dict[str, int], **kw: Any) -> Capacity:
+    """The example H100 picture as of `ts`, free on the nodes of `free`."""
+    fields = {"ts": ts, "free_by_node": free, "free": sum(free.values()), **kw}
+    return _record("gpuwatch.capacity/v1", Capacity, **fields)
 
 
 def live(uuid_: str, ts: int, util: float | None, idle_since: int | None) -> GpuLive:
@@ -335,6 +342,71 @@ def test_older_gpu_sample_does_not_overwrite_newer(
     ]
 
 
+H100 = "NVIDIA H100 80GB HBM3/nvidia.com/gpu"
+
+
+def test_capacity_keeps_the_latest_picture_of_each_key(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    newest = capacity(3000, {"n2": 1})
+    east = capacity(1000, {"n9": 4}, cluster="east")
+    with make_sink(stack, prefix) as sink:
+        sink.apply([capacity(2000, {"n1": 2}), east])
+        sink.apply([newest, capacity(1000, {"n1": 8})])  # the older one comes late
+        sink.apply([capacity(2000, {"n1": 2})])  # read again
+    stored = client.hgetall(f"{prefix}capacity")
+    assert set(stored) == {H100, f"east/{H100}"}
+    assert msgspec.json.decode(stored[H100], type=Capacity) == newest
+    assert msgspec.json.decode(stored[f"east/{H100}"], type=Capacity) == east
+    assert client.ttl(f"{prefix}capacity") == -1  # the picture now: it does not expire
+
+
+def test_capacity_records_of_one_ts_settle_on_one_whatever_the_order(
+    stack: Settings, client: redis.Redis
+) -> None:
+    one, other = capacity(5000, {"n1": 2}), capacity(5000, {"n1": 1, "n2": 1})
+    seen = []
+    for order in ([one, other], [other, one]):
+        prefix = f"gwtest-{uuid.uuid4().hex[:10]}:"
+        try:
+            with make_sink(stack, prefix) as sink:
+                for record in order:
+                    sink.apply([record])
+            seen.append(client.hget(f"{prefix}capacity", H100))
+        finally:
+            _drop(client, prefix)
+    assert seen[0] == seen[1]
+    assert seen[0] is not None
+
+
+def test_a_fragmentation_block_is_a_pod_alert_until_resolved(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    labels = {"namespace": "ml", "pod": "big-train-0", "resource": "nvidia.com/gpu",
+              "models": "any", "wanted": "4", "best_node": "h100-2", "best_free": "2",
+              "fleet_free": "6"}  # fmt: skip
+    subject = {"kind": "pod", "uid": POD_UID, "uuid": None, "node": None}
+    fields = {"name": "PodBlockedByFragmentation", "fingerprint": "fp-frag", "since": 1000}
+    fields |= {"subject": subject, "labels": labels, "value": 4.0, "severity": "warning"}
+    firing = _record("gpuwatch.alert/v1", Alert, status="firing", ts=1000, **fields)
+    with make_sink(stack, prefix) as sink:
+        sink.apply([move(POD_UID, 500, "queued", reason="Unschedulable", node=None), firing])
+        shown = client.hget(f"{prefix}alerts:firing", "fp-frag")
+        assert shown is not None
+        assert msgspec.json.decode(shown, type=Alert) == firing
+        sink.apply([msgspec.structs.replace(firing, status="resolved", ts=9000)])
+    assert client.hgetall(f"{prefix}alerts:firing") == {}
+    timeline = [entry for _, entry in client.xrange(f"{prefix}timeline:{POD_UID}")]
+    assert [e.get("name") or e["to_state"] for e in timeline] == [
+        "queued", "PodBlockedByFragmentation", "PodBlockedByFragmentation"
+    ]  # fmt: skip
+    assert [e.get("status") for e in timeline[1:]] == ["firing", "resolved"]
+    assert msgspec.json.decode(timeline[1]["labels"]) == labels
+    assert [e["name"] for _, e in client.xrange(f"{prefix}alerts")] == [
+        "PodBlockedByFragmentation"
+    ] * 2
+
+
 def test_wrong_key_type_is_rejected_for_good(
     stack: Settings, client: redis.Redis, prefix: str
 ) -> None:
@@ -359,6 +431,10 @@ def test_any_arrival_order_converges_to_the_same_state(
         *scenario(),
         window(POD_UID, HOUR + 5 * MIN, 0.07),
         move(POD_UID, 900_000, "finished", "stalled", "Deleted"),
+        capacity(1000, {"n1": 2}),
+        capacity(2000, {"n2": 1}),
+        capacity(2000, {"n1": 1}),  # the same ts: one of the two, whatever the order
+        capacity(1500, {"n3": 3}, cluster="east"),
     ]
     shuffled = records[:]
     random.Random(seed).shuffle(shuffled)

@@ -26,6 +26,7 @@ from gpuwatch.top import live as top
 from gpuwatch.top.view import Query
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, POD_UID_3, example
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
@@ -320,6 +321,70 @@ def test_empty_redis_shows_empty_tables_and_a_hint(stack: Settings, prefix: str)
     assert lines.count("(none)") == 3
     assert lines[-1].startswith(f"note: nothing written under '{prefix}' in redis://")
     assert lines[-1].endswith("is the worker running (`gpuwatch worker`)?")
+
+
+def fragmented(t: int) -> list[SinkRecord]:
+    """The H100s' capacity with eval-3 blocked by fragmentation (an older picture arriving
+    late), and L40S capacity of cluster-less records."""
+    h100 = {"ts": t - MIN, "model": H100, "free": 6, "stranded": 6, "reclaimable": 1}
+    h100 |= {"free_by_node": {"gpu-node-17": 2, "gpu-node-18": 2, "gpu-node-19": 2}}
+    labels = {"namespace": "ml", "pod": "eval-3", "resource": "nvidia.com/gpu",
+              "models": "any", "wanted": "4", "best_node": "gpu-node-17", "best_free": "2",
+              "fleet_free": "6"}  # fmt: skip
+    return [
+        _record("gpuwatch.capacity/v1", Capacity, **h100),
+        _record("gpuwatch.capacity/v1", Capacity, **h100 | {"ts": t - HOUR, "free": 9}),
+        _record(
+            "gpuwatch.capacity/v1",
+            Capacity,
+            ts=t - MIN,
+            model="NVIDIA L40S",
+            free=0,
+            stranded=0,
+            reclaimable=0,
+            free_by_node={},
+            reclaimable_gpus=[],
+            queued=0,
+            blocked=0,
+        ),
+        alert(
+            "fp-frag",
+            "PodBlockedByFragmentation",
+            "firing",
+            ts=t - 50 * MIN,
+            since=t - 50 * MIN,
+            subject=on_pod(POD_UID_3),
+            severity="warning",
+            labels=labels,
+            value=4.0,
+            summary="ml/eval-3 wants 4 nvidia.com/gpu: best node gpu-node-17 has 2 "
+            "free, 6 free over the nodes it could use",
+        ),
+    ]
+
+
+def test_capacity_and_a_blocked_pod_as_a_user_sees_them(stack: Settings, prefix: str) -> None:
+    t = int(time.time() * 1000)
+    with RedisSink(stack.redis, key_prefix=prefix) as sink:
+        sink.apply([*cluster(t), *fragmented(t)])
+    url = stack.redis.url.get_secret_value()
+    result = gpuwatch("top", "--once", "--key-prefix", prefix, url=url)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[2] == f"capacity: {H100} free 6 (stranded 6) · reclaimable 1 · blocked 1"
+    assert section(result.stdout, "PODS")[4] == (
+        "ml/eval-3|vision|queued|Unschedulable; blocked: wants 4, best node 2, 6 free|1h05m|"
+        "-|-|0.0000|0.0000|0"
+    )
+    result = gpuwatch("top", "--json", "--key-prefix", prefix, url=url)
+    doc = json.loads(result.stdout)
+    assert [(c["model"], c["free"], c["ts"]) for c in doc["capacity"]] == [
+        (H100, 6, t - MIN), ("NVIDIA L40S", 0, t - MIN)
+    ]  # fmt: skip
+    (blocked,) = [p["blocked"] for p in doc["pods"] if p["blocked"]]
+    assert (blocked["wanted"], blocked["best_node"], blocked["fleet_free"]) == (
+        4, "gpu-node-17", 6
+    )  # fmt: skip
 
 
 def _refused_port() -> int:

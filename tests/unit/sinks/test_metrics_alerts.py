@@ -220,3 +220,28 @@ def test_the_streams_own_idle_alert_fires_and_resolves_the_series() -> None:
     assert [m.status for m in out] == ["resolved"]
     metrics.observe_alert(out[0])
     assert firing(metrics) == []
+
+
+def test_a_pod_blocked_by_fragmentation_is_a_pod_alert_series_until_resolved() -> None:
+    """The capacity alert takes the pod alerts' way: the pod's series, its partition's."""
+    labels = {
+        "namespace": "ml", "pod": "big-train-0", "cluster": "east", "resource": "nvidia.com/gpu",
+        "models": "NVIDIA-H100-80GB-HBM3", "wanted": "4", "best_node": "h100-2",
+        "best_free": "2", "fleet_free": "6",
+    }  # fmt: skip
+    subject = {"kind": "pod", "uid": "u9", "uuid": None, "node": None}
+    raw = msgspec.to_builtins(
+        alert("PodBlockedByFragmentation", fingerprint="frag", labels=labels, subject=subject)
+    )
+    blocked = msgspec.convert(raw | {"cluster": "east", "value": 4.0}, Alert)
+    metrics = worker()
+    metrics.observe_alert(blocked)
+    assert firing(metrics) == [
+        {"alertname": "PodBlockedByFragmentation", "severity": "warning", "namespace": "ml",
+         "pod": "big-train-0", "pod_uid": "u9", "cluster": "east"}
+    ]  # fmt: skip
+    metrics.forget(pods=["u9"])  # its partition went to another worker
+    assert firing(metrics) == []
+    metrics.observe_alert(blocked)
+    metrics.observe_alert(msgspec.structs.replace(blocked, status="resolved", ts=T0 + S))
+    assert firing(metrics) == []

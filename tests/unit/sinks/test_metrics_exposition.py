@@ -32,14 +32,14 @@ def test_the_fast_exposition_says_what_prometheus_client_says() -> None:
     fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
     assert parsed(fast) == parsed(reference)
     names = {name for name, _, _ in parsed(fast)}
-    # every family of DESIGN.md section 5, the cap's own, firing alerts, and the example's
-    # ECC count (0): its GPU has ECC
-    assert len(names) == 19
+    # every family of DESIGN.md section 5, the cap's own, firing alerts, the example's
+    # ECC count (0): its GPU has ECC, and the four capacity families
+    assert len(names) == 23
     assert b'pod="we\\"ird\\\\pod"' in fast
     metrics.observe_sample(sample("n1", T0 + 1000, [gpu("GPU-1", 3.0, **HEALTH)], {}))
     fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
     assert parsed(fast) == parsed(reference)
-    assert len({name for name, _, _ in parsed(fast)}) == 24  # and the GPU health families
+    assert len({name for name, _, _ in parsed(fast)}) == 28  # and the GPU health families
 
 
 def test_values_read_back_through_a_fresh_registry() -> None:

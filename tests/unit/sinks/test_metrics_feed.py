@@ -7,11 +7,11 @@ from typing import Any, NamedTuple
 
 import msgspec
 from support.metric_records import POD as FIXTURE_POD
-from support.metric_records import T0, attribution, lifecycle, sample, worker
+from support.metric_records import T0, attribution, capacity, lifecycle, sample, worker
 from support.metric_records import gpu as gpu_reading
 
 from schemas.settings import Settings
-from schemas.topics import ATTRIBUTION, NVML_SAMPLES, POD_LIFECYCLE
+from schemas.topics import ATTRIBUTION, CAPACITY, NVML_SAMPLES, POD_LIFECYCLE
 from sinks.consumer import KafkaClient
 from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
 from sinks.prometheus.metrics import WorkerMetrics
@@ -19,8 +19,8 @@ from sinks.prometheus.metrics import WorkerMetrics
 POD = FIXTURE_POD  # records that name no cluster: no cluster label
 SETTINGS = Settings()
 PREFIX = SETTINGS.kafka.topic_prefix
-LIFECYCLE, ATTRIB, SAMPLES = (
-    s.full_name(PREFIX) for s in (POD_LIFECYCLE, ATTRIBUTION, NVML_SAMPLES)
+LIFECYCLE, ATTRIB, SAMPLES, CAPACITIES = (
+    s.full_name(PREFIX) for s in (POD_LIFECYCLE, ATTRIBUTION, NVML_SAMPLES, CAPACITY)
 )
 NOW_S = T0 / 1000 + 3600.0
 
@@ -192,6 +192,34 @@ def test_a_samples_partition_that_leaves_takes_its_clusters_node_not_the_same_na
     f.step(consumer)
     assert metrics.registry.get_sample_value(util, east_gpu) is None
     assert metrics.registry.get_sample_value(util, west_gpu) == 0.5
+
+
+def test_capacity_is_read_from_the_start_of_retention_and_leaves_with_its_partition() -> None:
+    """A key's latest record can be of any age (one is written only on a change): the
+    whole history is read, and the older records in it do not replace the newest."""
+    metrics = worker()
+    f = feed(metrics)
+    month_ago = int((NOW_S - 29 * 86_400) * 1000)
+    history = [
+        msg(CAPACITIES, 3, CAPACITY.encode(capacity(month_ago - 1000, free={"n1": 4}))),
+        msg(CAPACITIES, 4, CAPACITY.encode(capacity(month_ago, free={"n2": 1}))),
+        msg(CAPACITIES, 3, CAPACITY.encode(capacity(month_ago, free={"n7": 3}, cluster="east")), 1),
+    ]
+    consumer = FakeConsumer({TP(CAPACITIES, 0), TP(CAPACITIES, 1)}, [[], history])
+    f.step(consumer)
+    assert consumer.seeks == {TP(CAPACITIES, 0): 3, TP(CAPACITIES, 1): 3}
+    assert consumer.asked_since == []  # no time lookup: the start, whatever the age
+    f.step(consumer)
+    gauge = "gpuwatch_free_gpus"
+    h100 = {"model": "H100", "resource": "nvidia.com/gpu"}
+    assert metrics.registry.get_sample_value(gauge, {"node": "n2"} | h100) == 1
+    assert metrics.registry.get_sample_value(gauge, {"node": "n1"} | h100) is None
+    east = {"node": "n7", "cluster": "east"} | h100
+    assert metrics.registry.get_sample_value(gauge, east) == 3
+    consumer.assigned = {TP(CAPACITIES, 0)}  # partition 1, east's key, went elsewhere
+    f.step(consumer)
+    assert metrics.registry.get_sample_value(gauge, east) is None
+    assert metrics.registry.get_sample_value(gauge, {"node": "n2"} | h100) == 1
 
 
 def test_an_undecodable_record_is_counted_and_skipped() -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
+from schemas.capacity import Capacity
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, PodUid
@@ -91,6 +92,7 @@ def test_keys_follow_design_section_5() -> None:
         "gpuwatch:timeline:u1:seen",
     )
     assert keys.waste_pods_window(60000) == "gpuwatch:waste:pods:60000"
+    assert keys.capacity() == "gpuwatch:capacity"
 
 
 def test_key_prefix_is_validated_and_escaped_for_scan() -> None:
@@ -203,6 +205,73 @@ def test_a_gpu_fault_goes_to_the_timeline_of_every_pod_it_names() -> None:
     one = alert(name="GpuThrottled", subject=subject, labels={"gpu": GPU_0, "pod_uid": POD_UID})
     _, _, timeline = plan([one], OPTS)
     assert timeline.keys[0] == f"t:timeline:{POD_UID}"
+
+
+def capacity(**changes: Any) -> Capacity:
+    return _record("gpuwatch.capacity/v1", Capacity, **changes)
+
+
+def test_capacity_goes_to_its_field_of_the_capacity_hash_as_the_records_json() -> None:
+    (command,) = plan([capacity()], OPTS)
+    assert command.script == "field_if_newer"
+    assert command.keys == ("t:capacity",)
+    assert command.args[:2] == ("NVIDIA H100 80GB HBM3/nvidia.com/gpu", "1764412380000")
+    assert msgspec.json.decode(command.args[2], type=Capacity) == capacity()
+    assert msgspec.json.decode(command.args[2]) == example("gpuwatch.capacity/v1")
+    assert '"cluster"' not in command.args[2]  # the default cluster's, as its record
+
+
+def test_a_named_clusters_capacity_has_a_field_of_its_own_and_says_its_cluster() -> None:
+    (east,) = plan([capacity(cluster="east", free=0, free_by_node={})], OPTS)
+    assert east.args[0] == "east/NVIDIA H100 80GB HBM3/nvidia.com/gpu"
+    assert msgspec.json.decode(east.args[2])["cluster"] == "east"
+    (mig,) = plan([capacity(resource="nvidia.com/mig-1g.10gb")], OPTS)
+    assert mig.args[0] == "NVIDIA H100 80GB HBM3/nvidia.com/mig-1g.10gb"
+
+
+def test_equal_capacity_records_are_equal_strings_and_planned_once() -> None:
+    shuffled = dict(reversed(list(example("gpuwatch.capacity/v1").items())))
+    same = msgspec.convert(shuffled, Capacity)
+    assert plan([capacity(), same], OPTS) == plan([capacity()], OPTS)
+
+
+@given(st.permutations([(0, 2), (5, 1), (5, 3), (2, 9)]))
+def test_a_batch_plans_the_capacity_record_the_hash_would_keep_in_any_order(
+    order: list[tuple[int, int]],
+) -> None:
+    """The latest ts, then the greater JSON, as field_if_newer.lua decides."""
+    batch = [capacity(ts=1000 + ts, free=n, free_by_node={"n1": n}) for ts, n in order]
+    batch.append(capacity(cluster="east"))
+    default, east = sorted(plan(batch, OPTS), key=lambda c: c.args[0])  # "N" < "e"
+    assert east.args[0].startswith("east/")
+    assert default.args[1] == "1005"
+    assert msgspec.json.decode(default.args[2])["free"] == 3  # '"free":3' > '"free":1'
+
+
+def test_pod_blocked_by_fragmentation_goes_to_firing_set_stream_and_pod_timeline() -> None:
+    subject = {"kind": "pod", "uid": POD_UID, "uuid": None, "node": None}
+    labels = {
+        "namespace": "ml", "pod": "big-train-0", "resource": "nvidia.com/gpu", "models": "any",
+        "wanted": "4", "best_node": "h100-2", "best_free": "2", "fleet_free": "6",
+    }  # fmt: skip
+    record = alert(
+        name="PodBlockedByFragmentation", subject=subject, labels=labels, value=4.0,
+        summary="ml/big-train-0 wants 4 nvidia.com/gpu: best node h100-2 has 2 free, "
+        "6 free over the nodes it could use",
+    )  # fmt: skip
+    state, stream, timeline = plan([record], OPTS)
+    assert (state.script, state.args[1]) == ("alert_state", "firing")
+    assert msgspec.json.decode(state.args[3], type=Alert) == record
+    assert stream.keys == ("t:alerts", "t:alerts:seen")
+    assert timeline.keys == (
+        f"t:timeline:{POD_UID}", f"t:timeline:{POD_UID}:seen", f"t:pod:{POD_UID}"
+    )  # fmt: skip
+    fields = args_of(timeline)
+    assert fields == args_of(stream)
+    assert (fields["name"], fields["value"]) == ("PodBlockedByFragmentation", "4.0")
+    assert msgspec.json.decode(fields["labels"]) == labels
+    resolved = plan([msgspec.structs.replace(record, status="resolved")], OPTS)
+    assert [c.script for c in resolved] == ["alert_state", "timeline_add", "timeline_add"]
 
 
 def test_gpu_live_is_coalesced_to_the_newest_reading_per_gpu_in_batch_order() -> None:

@@ -11,11 +11,12 @@ import pytest
 from kafka.errors import CommitFailedError, KafkaConnectionError, RebalanceInProgressError
 
 from gpuwatch.run import sink as sink_run
+from schemas.capacity import Capacity
 from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings
-from schemas.topics import NVML_SAMPLES, POD_LIFECYCLE
+from schemas.topics import CAPACITY, NVML_SAMPLES, POD_LIFECYCLE
 from sinks.redis import writer as sink_writer
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
@@ -208,6 +209,20 @@ def test_an_undecodable_record_is_counted_and_the_rest_written() -> None:
     w = writer(redis)
     w.step(FakeConsumer([batch]))
     assert (w.invalid, w.written) == (2, 1)
+
+
+def test_capacity_records_are_read_and_written_with_the_other_derived_records() -> None:
+    redis = FakeRedis()
+    topic = CAPACITY.full_name(SETTINGS.kafka.topic_prefix)
+    record = msgspec.convert(example("gpuwatch.capacity/v1"), Capacity)
+    w = writer(redis)
+    assert topic in w.topics
+    consumer = FakeConsumer([[*msgs("a"), Msg(topic, 2, 7, CAPACITY.encode(record))]])
+    w.step(consumer)
+    (batch,) = redis.applied
+    assert batch[-1] == record
+    assert (w.written, w.invalid, consumer.commits) == (2, 0, 1)
+    assert redis.stored == {f"{TOPIC}:0": 1, f"{topic}:2": 8}
 
 
 def test_live_gpu_states_ride_along_and_come_back_if_undelivered() -> None:
@@ -420,7 +435,7 @@ def test_the_writer_knows_its_topics_before_it_joins_the_group() -> None:
     w.run()
     assert consumer.calls == [*(f"metadata {topic}" for topic in w.topics), "subscribe"]
     assert w.topics[-1] == SAMPLES
-    assert len(w.topics) == 5
+    assert len(w.topics) == 6
 
 
 def sample_msg(offset: int, ts: int, util_pct: float, partition: int = 0) -> Msg:

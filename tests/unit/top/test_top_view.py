@@ -344,6 +344,7 @@ def test_json_has_the_rows_in_order_with_raw_numbers() -> None:
         "state": "stalled",
         "reason": "Idle",
         "gpu_faults": [],
+        "blocked": None,
         "state_since": NOW - 600_000,
         "state_for_s": 600.0,
         "node": "gpu-node-17",
