@@ -36,7 +36,18 @@ class Capacity(Value, frozen=True, kw_only=True, omit_defaults=True):
     schema: Literal["gpuwatch.capacity/v1"]
     ts: EpochMs
     model: Annotated[
-        str, msgspec.Meta(description="nvidia.com/gpu.product of the nodes; unknown if unset")
+        str,
+        msgspec.Meta(
+            description="the GPU model as NVML names it (as the GPU series do); the nodes' "
+            "nvidia.com/gpu.product label before any of them sent a sample; unknown if neither"
+        ),
+    ]
+    product: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="the nodes' nvidia.com/gpu.product label (what a pod's node selector "
+            "names); null when they have none"
+        ),
     ]
     resource: Annotated[str, msgspec.Meta(description="GPU resource name: nvidia.com/gpu, ...")]
     free: Count

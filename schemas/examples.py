@@ -253,6 +253,7 @@ CAPACITY: Final[dict[str, Any]] = {
     ],
     "queued": 1,
     "blocked": 1,
+    "product": "NVIDIA-H100-80GB-HBM3",
 }
 
 DEADLETTER: Final[dict[str, Any]] = {

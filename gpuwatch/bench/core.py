@@ -3,7 +3,8 @@
 The fleet of `gpuwatch bench worker` (simulated 8-GPU nodes sampled by the real
 `NodeAgent`, one Running pod per GPU) is fed to one `NodePartition` and one `PodPartition`
 as the agent loop feeds them: a second of samples a batch, then a tick to each side,
-the node side's `pod.usage` records to the pod side, the state written every
+the node side's `pod.usage` records and both sides' fleet inputs (node uses, pods' waiting
+requests, marks: `streams.processors.fleet`) to the pod side, the state written every
 `STATE_EVERY_S` of event time. Process CPU time is measured around each side's calls
 only, so the figures are the processors' cost without the Faust consumer, the producer
 or the event loop, and are repeatable on a busy machine where wall time is not. The garbage
@@ -41,6 +42,7 @@ from streams.processors.pod import PodConfig, PodPartition
 __all__ = ["CoreResult", "CoreRun", "main", "run_core", "run_once"]
 
 PREFIX = "bench.core."
+FLEET = f"{PREFIX}bench.fleet"  # the worker's internal fleet topic
 T0_MS = 1_700_000_040_000  # a window start (60 s windows): windows close within 80 s
 STATE_EVERY_MS = 5_000  # the agent loop's STATE_EVERY_S, in event time here
 S = 1000
@@ -137,9 +139,10 @@ def run_once(fleet: Fleet) -> CoreRun:
         lateness_ms=windows.allowed_lateness_s * S,
         rules=rules,
         prices=PriceBook(BUILTIN_PRICES),
+        fleet_topic=FLEET,
     )
     node = NodePartition(0, node_config, counters)
-    pod = PodPartition(0, PodConfig(PREFIX, 1, rules, windows), counters)
+    pod = PodPartition(0, PodConfig(PREFIX, 1, rules, windows, fleet_topic=FLEET), counters)
     node_out, pod_out = Outputs(PREFIX, counters), Outputs(PREFIX, counters)
     samples, pods, usage = (s.full_name(PREFIX) for s in (NVML_SAMPLES, K8S_PODS, POD_USAGE))
     per_round = len(fleet.nodes)
@@ -151,7 +154,8 @@ def run_once(fleet: Fleet) -> CoreRun:
         for n in range(len(fleet.backlog) // per_round)
     ]
     digest = _Digest()
-    usage_offset = 0
+    usage_offset = fleet_offset = 0
+    fleet_inputs: list[tuple[Source, bytes]] = []
     node_cpu = pod_cpu = 0.0
     gc.collect()
     t = time.process_time()
@@ -163,14 +167,21 @@ def run_once(fleet: Fleet) -> CoreRun:
         tick = partial(_tick, node)
         cpu, records, node_writes = _batch(node, batch, tick, node_out, state_due)
         node_cpu += cpu
-        to_pods = []
+        to_pods, fleet_inputs = fleet_inputs, []
         for r in records:
             if r.topic == usage:
                 to_pods.append((Source(usage, 0, usage_offset, r.key), r.value))
                 usage_offset += 1
+            elif r.topic == FLEET:
+                to_pods.append((Source(FLEET, 0, fleet_offset, r.key), r.value))
+                fleet_offset += 1
         digest.usage += len(to_pods)
         cpu, pod_records, pod_writes = _batch(pod, to_pods, tick, pod_out, state_due)
         pod_cpu += cpu
+        for r in pod_records:  # the pod side's own requests and marks, read in the next batch
+            if r.topic == FLEET:
+                fleet_inputs.append((Source(FLEET, 0, fleet_offset, r.key), r.value))
+                fleet_offset += 1
         digest.add_records(records)
         digest.add_records(pod_records)
         digest.add_writes(node_writes)

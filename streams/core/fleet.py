@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.alert import Alert, AlertSubject
+from schemas.alert import Alert, AlertName, AlertSubject, Severity
 from schemas.capacity import Capacity, ReclaimableGpu, capacity_key
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
@@ -39,6 +39,7 @@ from streams.core.capacity import (
 from streams.core.pod_alerts import fingerprint, in_cluster
 
 __all__ = [
+    "SEVERITY",
     "STEP_MS",
     "FleetIdle",
     "FleetInput",
@@ -58,6 +59,15 @@ __all__ = [
 
 STEP_MS = 1000
 """Capacity is evaluated at the end of each second of event time that changed something."""
+
+SEVERITY: dict[AlertName, Severity] = {
+    # Work waits while GPUs sit free: someone should move or resize it, not at night.
+    "PodBlockedByFragmentation": "warning",
+}
+
+GONE_KEEP_MS = 6 * 3_600_000
+"""How long (event time) a deleted node or a pod that stopped waiting is remembered: as
+long as the pod side keeps what it may send again (`pod.SENT_AGAIN_KEEP_MS`)."""
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -94,6 +104,8 @@ class FleetUse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, ta
     rev: int = 0
     allocated: dict[str, int] = msgspec.field(default_factory=dict)
     idle: tuple[FleetIdle, ...] = ()
+    model: str | None = None
+    """The model NVML names the node's GPUs by (the GPU series' `model`)."""
 
 
 def _capacity(node: FleetNode, use: FleetUse | None) -> NodeCapacity:
@@ -197,8 +209,11 @@ def node_after_sample(
         for uuid, since, pods in sorted(idle)
     )
     allocated = dict(sorted(allocated.items()))
-    if last is not None and last.allocated == allocated and last.idle == idle_gpus:
-        return None
+    model = next((g.model for g in sample.gpus if g.parent_uuid is None), None)
+    if last is not None:
+        model = model or last.model
+        if (last.allocated, last.idle, last.model) == (allocated, idle_gpus, model):
+            return None
     return FleetUse(
         node=sample.node,
         cluster=sample.cluster,
@@ -206,6 +221,7 @@ def node_after_sample(
         rev=0 if last is None else last.rev + 1,
         allocated=allocated,
         idle=idle_gpus,
+        model=model,
     )
 
 
@@ -290,38 +306,52 @@ class FleetState:
             if isinstance(item, FleetUse):
                 self.uses[key] = item
                 self.changed.add(f"use|{name}")
-            elif item.deleted:
-                self.nodes.pop(key, None)
-                self.uses.pop(key, None)
-                self.changed |= {f"node|{name}", f"use|{name}"}
             else:
+                # A deleted node is kept (as deleted) for a while: an older view of it read
+                # again after a restart must not bring it back (`expire`).
                 self.nodes[key] = item
                 self.changed.add(f"node|{name}")
             return item.cluster
         pod = self.pods.get(item.uid)
-        if not item.waiting or not item.request:
-            if pod is None:
-                return None
-            del self.pods[item.uid]
-        else:
-            self.pods[item.uid] = item
+        if pod is None and not item.waiting:
+            return None
+        # A pod that stopped waiting is kept (not waiting) for a while, for the same reason.
+        self.pods[item.uid] = item
         self.changed.add(f"pod|{item.uid}")
         return item.cluster
+
+    def expire(self, watermark: int) -> None:
+        """Forget the deleted nodes and the pods that stopped waiting `GONE_KEEP_MS` before
+        `watermark`: nothing of theirs older can be read again by then."""
+        cut = watermark - GONE_KEEP_MS
+        for key, node in list(self.nodes.items()):
+            if node.deleted and node.ts < cut:
+                del self.nodes[key]
+                self.uses.pop(key, None)
+                self.changed |= {f"node|{key[0]}/{key[1]}", f"use|{key[0]}/{key[1]}"}
+        for uid, pod in list(self.pods.items()):
+            if not pod.waiting and pod.ts < cut:
+                del self.pods[uid]
+                self.changed.add(f"pod|{uid}")
 
     def evaluate(self, cluster: str, at: int) -> tuple[list[Alert], list[Capacity]]:
         """The alerts and capacity records of `cluster` at event time `at`."""
         nodes = [
-            _capacity(n, self.uses.get(key)) for key, n in self.nodes.items() if key[0] == cluster
+            _capacity(n, self.uses.get(key))
+            for key, n in self.nodes.items()
+            if key[0] == cluster and not n.deleted
         ]
-        waiting = [p for p in self.pods.values() if p.cluster == cluster]
+        waiting = [p for p in self.pods.values() if p.cluster == cluster and p.waiting]
         queued = [_queued(p) for p in waiting]
         fleet = assess(nodes, queued, now_ms=at, idle_after_ms=0)
         alerts = self._alerts(cluster, fleet.blocked, at)
         counts = _wanting(nodes, queued, {b.pod.uid for b in fleet.blocked})
+        names = self._names(cluster)
         pictures = []
         seen: set[str] = set()
         for m in fleet.models:
-            key = capacity_key(cluster, m.model, m.resource)
+            model = names.get(m.model, m.model)
+            key = capacity_key(cluster, model, m.resource)
             seen.add(key)
             free_by_node = {
                 NodeName(node): free[m.resource]
@@ -333,7 +363,8 @@ class FleetState:
                 schema="gpuwatch.capacity/v1",
                 ts=at,
                 cluster=cluster,
-                model=m.model,
+                model=model,
+                product=None if m.model == UNKNOWN_MODEL else m.model,
                 resource=m.resource,
                 free=m.free,
                 stranded=m.stranded,
@@ -377,6 +408,17 @@ class FleetState:
             self.changed.add(f"picture|{key}")
             out.append(picture)
         return alerts, out
+
+    def _names(self, cluster: str) -> dict[str, str]:
+        """Each node label's model as NVML names it (the name the GPU series carry), where a
+        node of the label has sent a sample."""
+        names: dict[str, str] = {}
+        for key in sorted(self.nodes):
+            use = self.uses.get(key)
+            node = self.nodes[key]
+            if key[0] == cluster and use is not None and use.model and not node.deleted:
+                names.setdefault(node.model or UNKNOWN_MODEL, use.model)
+        return names
 
     def _model(self, cluster: str, node: str) -> str:
         return self.nodes[(cluster, node)].model or UNKNOWN_MODEL
@@ -458,7 +500,7 @@ def _blocked_alert(
             "free over the nodes it could use"
         )
     else:
-        why = "no longer waiting" if pod is None else "capacity changed"
+        why = "no longer waiting" if pod is None or not pod.waiting else "capacity changed"
         summary = (
             f"{who} no longer blocked by fragmentation ({why}) after {(at - run.since) // 1000} s"
         )
@@ -467,7 +509,7 @@ def _blocked_alert(
         fingerprint=fingerprint("PodBlockedByFragmentation", "pod", uid, cluster),
         name="PodBlockedByFragmentation",
         status="firing" if status == "firing" else "resolved",
-        severity="warning",
+        severity=SEVERITY["PodBlockedByFragmentation"],
         ts=at,
         since=run.since,
         subject=AlertSubject(kind="pod", uid=PodUid(uid), uuid=None, node=None),

@@ -172,6 +172,7 @@ class FleetPartition:
             clusters.clear()
             s.evaluated = at
             s.changed.add("meta")
+        s.expire(wm)
 
     def resume_offsets(self) -> dict[str, int]:
         """The oldest offset still waiting: where a restart must read the fleet topic from."""

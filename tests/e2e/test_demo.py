@@ -157,8 +157,9 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
     """The incident scenario (producers/simulate/scenarios/README.md): an Xid 79 on a GPU of
-    train-a at 150 s (firing until 451 s) and a thermal slowdown of chat-serving's GPU from
-    200 s (GpuThrottled 260 s to 380 s); the demo stops about 300 s in."""
+    train-a at 150 s (firing until 451 s), a thermal slowdown of chat-serving's GPU from
+    200 s (GpuThrottled 260 s to 380 s) and a 4-GPU job blocked by fragmentation from
+    185 s; the demo stops about 300 s in."""
     argv = [str(GPUWATCH), "demo", "--scenario", "incident", "--speed", "10"]
     argv += ["--duration", "33", "--no-ui"]
     result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
@@ -182,7 +183,34 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     timeline = client.xrange(f"gpuwatch:timeline:{xid['labels']['pod_uid']}")
     assert any(entry.get("name") == "GpuXidError" for _, entry in timeline), timeline
 
+    # big-train-0 asks for 4 GPUs at 60 s while one is free on each node (a shortage, no
+    # alert); oom-job's GPU on h100-1 comes free with the sample of 185 s: 4 free, 2 on
+    # h100-1 at most, so blocked by fragmentation from 185 s (t0: the notebook's idle run,
+    # idle since the start). done-job completes at 245 s: 5 free (1, 2, 2), all stranded;
+    # the idle GPUs of idle-job (2) and the notebook (1) are reclaimable.
+    t0 = min(a["since"] for a in alerts if a["name"] == "GpuIdleAllocated")
+    (blocked,) = [a for a in alerts if a["name"] == "PodBlockedByFragmentation"]
+    assert blocked["since"] - t0 == 185_000
+    labels = blocked["labels"]
+    assert (labels["pod"], labels["wanted"], labels["best_node"]) == ("big-train-0", "4", "h100-1")
+    assert (labels["best_free"], labels["fleet_free"], labels["owner"]) == (
+        "2",
+        "4",
+        "Job/big-train",
+    )
+    (picture,) = [json.loads(raw) for raw in client.hgetall("gpuwatch:capacity").values()]
+    assert picture["free_by_node"] == {"h100-0": 1, "h100-1": 2, "h100-2": 2}
+    figures = [picture[k] for k in ("free", "stranded", "reclaimable", "queued", "blocked")]
+    assert figures == [5, 5, 3, 1, 1], picture
+    idle_holders = [g["pods"] for g in picture["reclaimable_gpus"]]
+    assert (
+        sorted(idle_holders) == [["research/forgotten-notebook-0"]] + [["research/idle-job-0"]] * 2
+    )
+
     top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
     rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
     assert "GPU: Xid 79" in rows["research/train-a-0"], top
     assert "GPU: throttled" in rows["serving/chat-serving-0"], top
+    assert "free 5 (stranded 5)" in top, top
+    assert "blocked 1" in top, top
+    assert "blocked: wants 4, best node 2, 4 free" in rows["research/big-train-0"], top

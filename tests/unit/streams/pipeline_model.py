@@ -36,7 +36,7 @@ from streams.core.ticks import Tick, claims_of, encode_tick
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Record
 from streams.processors.pod import PodConfig, PodPartition
-from streams.runtime.agent_loop import AgentLoop, Message
+from streams.runtime.agent_loop import POSITIONS, AgentLoop, Message
 
 PREFIX = "pm."
 TICKS = f"{PREFIX}pm.ticks"
@@ -159,6 +159,26 @@ class Pipeline:
         else:
             assert record.topic.endswith("deadletter"), record.topic
             self.derived.append((record.topic, record.value))
+
+    def restart(self) -> None:
+        """Both agents stop as a crash stops them, after their last state write, and start
+        again: each partition is made from the table and read from the positions stored."""
+        for loop in (self.node, self.pod):
+            loop._write_state()
+        self.node = self._agent("node", self.node.progress.inputs, self.node_table, self._node)
+        self.pod = self._agent(
+            "pod", self.pod.progress.inputs, self.pod_table, self._pod, ticked=(PODS, USAGE)
+        )
+        for agent, loop, table in (
+            ("node", self.node, self.node_table),
+            ("pod", self.pod, self.pod_table),
+        ):
+            read = self.read[agent]
+            for partition in range(self.partitions):
+                raw = dict(table.load(partition)).get(POSITIONS)
+                stored = {} if raw is None else json.loads(raw)
+                for topic in loop.progress.inputs:
+                    read[(topic, partition)] = stored.get(topic, 0)
 
     # --- the broker
 

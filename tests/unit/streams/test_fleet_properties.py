@@ -12,6 +12,7 @@ rule is broken on purpose, and the property must find a history that tells.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,12 +21,15 @@ import pytest
 from histories import History, NodePlan, PodPlan, WaitPlan, pod_uid
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
-from test_backlog_properties import T0, differences, histories, run
+from pipeline_model import FLEET, NODES, PODS, SAMPLES, TICKS, USAGE, Pipeline
+from test_backlog_properties import IDLE_AFTER_MS, RULES, T0, WINDOWS, differences, histories, run
 
 from streams.core import fleet
 
 S = 1000
-MODEL = "NVIDIA-H100-80GB-HBM3"
+KW: dict[str, Any] = {"rules": RULES, "windows": WINDOWS, "idle_after_ms": IDLE_AFTER_MS}
+MODEL = "NVIDIA-H100-80GB-HBM3"  # the nvidia.com/gpu.product label of the history's nodes
+NVML_MODEL = "NVIDIA H100 80GB HBM3"
 
 
 @st.composite
@@ -88,6 +92,35 @@ def test_every_order_gives_the_same_capacity_and_fragmentation(
     assert consistent(history, run(history, "live", partitions).records()) == []
 
 
+@BOUNDED
+@given(fleet_histories(), st.integers(1, 3), st.floats(0.1, 0.9))
+def test_a_restart_gives_the_same_capacity_and_fragmentation(
+    history: History, partitions: int, at: float
+) -> None:
+    """Both sides stop at a point of a live run, after their last state write, and start
+    again from the table: the records are the ones of a run without a stop, some twice."""
+    inputs = history.inputs()
+    cut = int(len(inputs) * at)
+    pipe = Pipeline(partitions=partitions, **KW)
+    everything = [("node", TICKS), ("pod", TICKS), ("node", SAMPLES), ("node", NODES)]
+    everything += [("pod", PODS), ("pod", USAGE), ("pod", FLEET)]
+    for n, message in enumerate(inputs):
+        pipe.produce([message])
+        while pipe.step(everything) is not None:
+            pass
+        if n % 3 == 0:
+            pipe.tick()
+        if n == cut:
+            pipe.restart()
+    pipe.settle()
+    pipe.close()
+    once = run(history, "live", partitions).records()
+    again = pipe.records()
+    for topic in ("capacity", "alerts", "pod.lifecycle"):
+        distinct = sorted({json.dumps(v, sort_keys=True) for v in again.get(topic, [])})
+        assert distinct == sorted({json.dumps(v, sort_keys=True) for v in once.get(topic, [])})
+
+
 # --- A history worked out by hand ------------------------------------------------------
 
 A, B = "gwfleet-a", "gwfleet-b"
@@ -142,7 +175,8 @@ def test_a_pod_wanting_two_gpus_is_blocked_while_one_is_free_on_each_node(order:
         (21 * S, 3, 1, 1, 0),
     ]
     assert pictures[-1]["free_by_node"] == {A: 2, B: 1}
-    assert {c["model"] for c in pictures} == {MODEL}
+    # Named as NVML names the GPUs (as the GPU series are), with the nodes' label beside.
+    assert {(c["model"], c["product"]) for c in pictures} == {(NVML_MODEL, MODEL)}
 
 
 # --- The rule broken on purpose --------------------------------------------------------
