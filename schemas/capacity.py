@@ -1,5 +1,5 @@
 """The `capacity` topic: a cluster's GPUs of one model and resource, free, stranded and
-reclaimable, each time that picture changes; keyed by `cluster/model/resource`."""
+reclaimable, each time that picture changes; keyed by `cluster/product/resource`."""
 
 from collections.abc import Mapping
 from typing import Annotated, Final, Literal
@@ -67,18 +67,24 @@ class Capacity(Value, frozen=True, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         keep_default_cluster(self)
 
+    def key(self) -> str:
+        """The record's key: by the nodes' label, which is known from their first node
+        event, while `model` becomes NVML's name once a node of them has sent a sample."""
+        return capacity_key(self.cluster, self.product or self.model, self.resource)
 
-def capacity_key(cluster: str, model: str, resource: str) -> str:
-    """The record key: `model/resource`, `cluster/model/resource` for a named cluster."""
-    base = f"{model}/{resource}"
+
+def capacity_key(cluster: str, product: str, resource: str) -> str:
+    """The record key: `product/resource`, `cluster/product/resource` for a named cluster
+    (`product`: the nodes' label, or the model where they have none)."""
+    base = f"{product}/{resource}"
     return base if cluster == DEFAULT_CLUSTER else f"{cluster}/{base}"
 
 
 TOPIC: Final = TopicSpec(
     name="capacity",
-    key="cluster/model/resource",
+    key="cluster/product/resource",
     value_type=Capacity,
-    key_of=lambda value: capacity_key(value.cluster, value.model, value.resource),
+    key_of=lambda value: value.key(),
     # Delete after 30 days, as gpu.windows: capacity trends; the latest record per key is
     # the picture now.
     compacted=False,

@@ -96,6 +96,9 @@ class History:
     """Whether each node is announced (k8s.nodes ADDED at t0, allocatable its GPUs)."""
     cordons: tuple[tuple[str, int, int], ...] = ()
     """(node, from, until) ms after t0: the node is cordoned meanwhile (k8s.nodes MODIFIED)."""
+    xids: tuple[tuple[str, int, int, int], ...] = ()
+    """(node, GPU index, ms after t0, code): the sample whose interval holds the time reports
+    the Xid on that GPU."""
     _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def uuid(self, node: str, index: int) -> GpuUuid:
@@ -166,7 +169,12 @@ class History:
                             "mem_total_bytes": MEM_TOTAL,
                             "power_w": 100.0 + 3 * util,
                             "temp_c": 40,
-                            "xid_errors": [],
+                            "xid_errors": [
+                                code
+                                for name, gpu, at, code in self.xids
+                                if (name, gpu) == (node.name, index)
+                                and t <= at < t + node.interval_ms
+                            ],
                             "ecc_dbe": 0,
                             "processes": procs,
                         }

@@ -12,7 +12,8 @@ keeps it. A GPU alert (GpuIdleAllocated, the health alerts) of a GPU shared by s
 pods (its `pods` label, `ns/pod,...`, and `pod_uids` in the same order where the alert has
 it) has one series per pod, with that pod's uid, as the metric-threshold rule had one alert
 per holder: each routes by its own namespace. `xid` (GpuXidError: an alert per GPU and
-code, two codes on one GPU are two alerts) and `reasons` (GpuThrottled) pass through.
+code, two codes on one GPU are two alerts), `reasons` (GpuThrottled) and the holders' workload
+owner (`owner`, from the alert's `owner` or its entry of `owners`) pass through.
 
 Order per alert (fingerprint): a message counts when its (ts, status) is later than the
 last one counted, a resolved message after a firing one of the same ts (as the Redis
@@ -85,18 +86,24 @@ def _mark(alert: Alert) -> int:
     return alert.ts * 2 + (alert.status == "resolved")
 
 
-def _holders(labels: dict[str, str], uid: str | None) -> list[tuple[str, str, str | None]]:
-    """(namespace, pod, uid) per series: the alert's own, or one per entry of `pods`, with
-    its uid where `pod_uids` names one per pod (the GPU health alerts)."""
+def _holders(
+    labels: dict[str, str], uid: str | None
+) -> list[tuple[str, str, str | None, str | None]]:
+    """(namespace, pod, uid, owner) per series: the alert's own, or one per entry of `pods`,
+    with its uid and owner where `pod_uids` and `owners` name one per pod (the GPU health
+    alerts)."""
     if "pods" in labels and "pod" not in labels:
         named = [entry.partition("/") for entry in labels["pods"].split(",") if entry]
         uids: list[str | None] = [u for u in labels.get("pod_uids", "").split(",") if u]
         if len(uids) != len(named):
             uids = [uid] * len(named)
-        pairs = zip(named, uids, strict=True)
-        found = [(ns, pod, u) if pod else ("", ns, u) for (ns, _, pod), u in pairs]
-        return found or [("", "", uid)]
-    return [(labels.get("namespace", ""), labels.get("pod", ""), uid)]
+        owners: list[str | None] = [o or None for o in labels.get("owners", "").split(",")]
+        if len(owners) != len(named):
+            owners = [None] * len(named)
+        rows = zip(named, uids, owners, strict=True)
+        found = [(ns, pod, u, o) if pod else ("", ns, u, o) for (ns, _, pod), u, o in rows]
+        return found or [("", "", uid, None)]
+    return [(labels.get("namespace", ""), labels.get("pod", ""), uid, labels.get("owner"))]
 
 
 def _rows(alert: Alert) -> tuple[AlertRow, ...]:
@@ -105,12 +112,12 @@ def _rows(alert: Alert) -> tuple[AlertRow, ...]:
     gpu = labels.get("gpu") or subject.uuid
     since = alert.since / 1000
     rows = []
-    for namespace, pod, uid in _holders(labels, labels.get("pod_uid") or subject.uid):
+    for namespace, pod, uid, owner in _holders(labels, labels.get("pod_uid") or subject.uid):
         values = tuple(
             clean(v)
             for v in (alert.name, alert.severity, namespace, pod, labels.get("team"), node, gpu,
                       labels.get("model"), uid, labels.get("xid"), labels.get("reasons"),
-                      alert.cluster)
+                      alert.cluster, owner)
         )  # fmt: skip
         rows.append((values, label_text(ALERT_LABELS, values), since))
     return tuple(rows)

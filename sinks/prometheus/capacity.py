@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schemas.capacity import Capacity, capacity_key
+from schemas.capacity import Capacity
 from sinks.prometheus.collector import CAPACITY_LABELS, FREE_LABELS, Row, clean, label_text
 
 __all__ = ["CAPACITY_FAMILIES", "CapacitySeries"]
@@ -73,7 +73,7 @@ class CapacitySeries:
     def observe(self, rec: Capacity) -> int:
         """Apply a record unless its key holds one as new or newer; 1 when refused by the
         cap (a key not held while `max_keys` are), else 0."""
-        key = capacity_key(rec.cluster, rec.model, rec.resource)
+        key = rec.key()
         held = self._pictures.get(key)
         if held is not None and rec.ts <= held.ts:
             return 0  # read again, or older than the picture shown

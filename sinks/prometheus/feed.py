@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from schemas.attribution import Attribution
-from schemas.capacity import Capacity, capacity_key
+from schemas.capacity import Capacity
 from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
@@ -188,7 +188,7 @@ class MetricsFeed(ConsumerLoop):
             elif isinstance(record, PodUsage):
                 m.observe_usage(record)
             elif isinstance(record, Capacity):
-                owned.add(capacity_key(record.cluster, record.model, record.resource))
+                owned.add(record.key())
                 m.observe_capacity(record)
             elif isinstance(record, GpuWindow):
                 owned.add(record.uuid)

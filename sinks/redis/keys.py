@@ -141,8 +141,8 @@ class RedisKeys:
 
     # -- capacity -------------------------------------------------------------------------
     def capacity(self) -> str:
-        """Hash: `capacity_key(cluster, model, resource)` -> JSON of its latest capacity
-        record, the picture now (public)."""
+        """Hash: a capacity record's key (`Capacity.key`: `[cluster/]product/resource`) ->
+        JSON of its latest record, the picture now (public)."""
         return f"{self.prefix}capacity"
 
     def pattern(self) -> str:

@@ -16,7 +16,7 @@ import msgspec
 
 from schemas.alert import Alert
 from schemas.attribution import Attribution
-from schemas.capacity import Capacity, capacity_key
+from schemas.capacity import Capacity
 from schemas.fields import DEFAULT_CLUSTER, Cluster, Sharing
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, NodeName, PodUid
@@ -308,7 +308,7 @@ def _capacity(record: Capacity, opts: PlanOptions) -> Command:
     carries it (no `cluster` for the default cluster), keys sorted, so equal records are
     equal strings and the tie at an equal `ts` is the same whatever the arrival order.
     """
-    key = capacity_key(record.cluster, record.model, record.resource)
+    key = record.key()
     message = _json(msgspec.to_builtins(record))
     return Command("field_if_newer", (opts.keys.capacity(),), (key, str(record.ts), message))
 

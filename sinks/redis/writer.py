@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from schemas.alert import Alert
-from schemas.capacity import Capacity, capacity_key
+from schemas.capacity import Capacity
 from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
@@ -367,6 +367,5 @@ def _what(record: SinkRecord) -> str:
     if isinstance(record, Alert):
         return f"{record.schema} fingerprint={record.fingerprint} ts={record.ts}"
     if isinstance(record, Capacity):
-        key = capacity_key(record.cluster, record.model, record.resource)
-        return f"{record.schema} key={key} ts={record.ts}"
+        return f"{record.schema} key={record.key()} ts={record.ts}"
     return f"{record.schema} uid={record.uid} ts={record.ts}"

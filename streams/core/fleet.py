@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from schemas.alert import Alert, AlertName, AlertSubject, Severity
-from schemas.capacity import Capacity, ReclaimableGpu, capacity_key
+from schemas.capacity import Capacity, ReclaimableGpu
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_node import K8sNode
@@ -41,10 +41,12 @@ from streams.core.pod_alerts import fingerprint, in_cluster
 __all__ = [
     "SEVERITY",
     "STEP_MS",
+    "FleetAlert",
     "FleetIdle",
     "FleetInput",
     "FleetMark",
     "FleetNode",
+    "FleetOwner",
     "FleetPod",
     "FleetState",
     "FleetUse",
@@ -147,8 +149,27 @@ class FleetMark(msgspec.Struct, frozen=True, kw_only=True, tag="mark"):
     watermark: int
 
 
-FleetInput = FleetNode | FleetUse | FleetPod | FleetMark
-Item = FleetNode | FleetUse | FleetPod
+class FleetOwner(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag="owner"):
+    """A pod's workload owner (`Kind/name`), sent when the pod is first seen and again when
+    it finishes (`gone`), at those transitions' times."""
+
+    uid: str
+    owner: str
+    ts: int
+    gone: bool = False
+
+
+class FleetAlert(msgspec.Struct, frozen=True, kw_only=True, tag="alert"):
+    """A GPU health alert of the node side, to go out with its pods' owners; `ts` orders it
+    among the fleet's inputs (never before the partition's usage frontier), the alert keeps
+    its own times."""
+
+    ts: int
+    alert: Alert
+
+
+FleetInput = FleetNode | FleetUse | FleetPod | FleetOwner | FleetAlert | FleetMark
+Item = FleetNode | FleetUse | FleetPod | FleetOwner | FleetAlert
 """An input the fleet partition applies in event time (a mark is not one)."""
 
 _ENCODER = msgspec.json.Encoder()
@@ -260,6 +281,7 @@ class FleetState:
     nodes: dict[tuple[str, str], FleetNode] = field(default_factory=dict)
     uses: dict[tuple[str, str], FleetUse] = field(default_factory=dict)
     pods: dict[str, FleetPod] = field(default_factory=dict)
+    owners: dict[str, FleetOwner] = field(default_factory=dict)
     blocked: dict[str, BlockedRun] = field(default_factory=dict)
     pictures: dict[str, Capacity] = field(default_factory=dict)
     marks: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -293,12 +315,37 @@ class FleetState:
         if isinstance(item, FleetUse):
             use = self.uses.get((item.cluster, item.node))
             return use is not None and (item.ts, item.rev) <= (use.ts, use.rev)
+        if isinstance(item, FleetOwner):
+            owner = self.owners.get(item.uid)
+            return owner is not None and (item.ts, item.gone) <= (owner.ts, owner.gone)
+        if isinstance(item, FleetAlert):
+            return False  # sent again, it goes out again: the same alert, once more
         pod = self.pods.get(item.uid)
         return pod is not None and (item.ts < pod.ts or item == pod)
 
+    def with_owners(self, alert: Alert) -> Alert:
+        """A GPU alert with the workload owners of the pods it names (`owner`, or `owners`
+        in the order of `pod_uids`); as it was where none is known."""
+        labels = alert.labels
+        uids = labels["pod_uids"].split(",") if "pod_uids" in labels else []
+        if "pod_uid" in labels:
+            uids = [labels["pod_uid"]]
+        owners = [o.owner if (o := self.owners.get(uid)) is not None else "" for uid in uids]
+        if not any(owners):
+            return alert
+        extra = {"owner": owners[0]} if len(owners) == 1 else {"owners": ",".join(owners)}
+        return msgspec.structs.replace(alert, labels={**labels, **extra})
+
     def apply(self, item: Item) -> str | None:
-        """Apply one input; the cluster it changed, None when it changed nothing."""
+        """Apply one input; the cluster it changed, None when it changed nothing (an owner,
+        an alert: the caller sends the alert)."""
         if self.is_replay(item):
+            return None
+        if isinstance(item, FleetOwner):
+            self.owners[item.uid] = item
+            self.changed.add(f"owner|{item.uid}")
+            return None
+        if isinstance(item, FleetAlert):
             return None
         if isinstance(item, FleetNode | FleetUse):
             key = (item.cluster, item.node)
@@ -333,6 +380,10 @@ class FleetState:
             if not pod.waiting and pod.ts < cut:
                 del self.pods[uid]
                 self.changed.add(f"pod|{uid}")
+        for uid, owner in list(self.owners.items()):
+            if owner.gone and owner.ts < cut:
+                del self.owners[uid]
+                self.changed.add(f"owner|{uid}")
 
     def evaluate(self, cluster: str, at: int) -> tuple[list[Alert], list[Capacity]]:
         """The alerts and capacity records of `cluster` at event time `at`."""
@@ -351,8 +402,6 @@ class FleetState:
         seen: set[str] = set()
         for m in fleet.models:
             model = names.get(m.model, m.model)
-            key = capacity_key(cluster, model, m.resource)
-            seen.add(key)
             free_by_node = {
                 NodeName(node): free[m.resource]
                 for (c, node), free in fleet.free.items()
@@ -379,6 +428,7 @@ class FleetState:
                 queued=queued_n,
                 blocked=blocked_n,
             )
+            seen.add(picture.key())
             pictures.append(picture)
         for key, old in list(self.pictures.items()):
             if old.cluster == cluster and key not in seen:
@@ -397,7 +447,7 @@ class FleetState:
                 )
         out = []
         for picture in pictures:
-            key = capacity_key(picture.cluster, picture.model, picture.resource)
+            key = picture.key()
             last = self.pictures.get(key)
             if last is not None and msgspec.structs.replace(last, ts=at) == picture:
                 continue

@@ -31,8 +31,10 @@ from schemas.topics import ALERTS, CAPACITY
 from streams.core.fleet import (
     STEP_MS,
     BlockedRun,
+    FleetAlert,
     FleetMark,
     FleetNode,
+    FleetOwner,
     FleetPod,
     FleetState,
     FleetUse,
@@ -71,8 +73,9 @@ def fleet_pod(state: PodState, ts: int, *, waiting: bool) -> FleetPod:
 
 
 _Waiting = tuple[int, int, int, int, Item]
-"""(step, 0 for a node, 1 for a use, 2 for a pod, event time, arrival, input)."""
-_KIND = {FleetNode: 0, FleetUse: 1, FleetPod: 2}
+"""(step, its kind's rank (`_KIND`: nodes, uses, pods and owners, alerts), event time,
+arrival, input)."""
+_KIND = {FleetNode: 0, FleetUse: 1, FleetPod: 2, FleetOwner: 2, FleetAlert: 3}
 
 
 class FleetPartition:
@@ -98,6 +101,9 @@ class FleetPartition:
         if kind == "node":
             node = msgspec.json.decode(raw, type=FleetNode)
             s.nodes[(node.cluster, node.node)] = node
+        elif kind == "owner":
+            owner = msgspec.json.decode(raw, type=FleetOwner)
+            s.owners[owner.uid] = owner
         elif kind == "use":
             use = msgspec.json.decode(raw, type=FleetUse)
             s.uses[(use.cluster, use.node)] = use
@@ -159,8 +165,9 @@ class FleetPartition:
         clusters: set[str] = set()
         for n, (step, _, _, arrival, item) in enumerate(ready):
             del self._offsets[arrival]
-            cluster = s.apply(item)
-            if cluster is not None:
+            if isinstance(item, FleetAlert):
+                out.emit(ALERTS, s.with_owners(item.alert))  # its pods' owners as of its step
+            elif (cluster := s.apply(item)) is not None:
                 clusters.add(cluster)
             at = step
             if n + 1 < len(ready) and ready[n + 1][0] == step:
@@ -195,6 +202,9 @@ class FleetPartition:
             elif kind == "pod":
                 pod = s.pods.get(name)
                 value = None if pod is None else msgspec.json.encode(pod)
+            elif kind == "owner":
+                owner = s.owners.get(name)
+                value = None if owner is None else msgspec.json.encode(owner)
             elif kind == "blocked":
                 run = s.blocked.get(name)
                 value = None if run is None else msgspec.json.encode(run)

@@ -38,6 +38,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
 from streams.core.fleet import (
+    FleetAlert,
     FleetMark,
     FleetNode,
     FleetUse,
@@ -53,6 +54,7 @@ from streams.core.gpu_alerts import (
     on_watermark,
     still_firing,
 )
+from streams.core.gpu_health import HEALTH_SEVERITY
 from streams.core.integrals import PriceBook, integrate_sample
 from streams.core.node_doc import (
     NodeDoc,
@@ -278,7 +280,7 @@ class NodePartition:
             telemetry_missing_after_s=rules.telemetry_missing_after_s,
             view=view,
         )
-        out.emit_all(ALERTS, alerts)
+        self._alerts(alerts, out)
         self.counters.samples_missing += lost
         if c.fleet_topic is not None:
             at = sample.ts if frontier is None else max(sample.ts, frontier + 1)
@@ -330,7 +332,7 @@ class NodePartition:
         if event.type == "DELETED":
             node.alert, alerts = on_node_removed(node.alert, event.ts)
             node.deleted = True
-            out.emit_all(ALERTS, alerts)
+            self._alerts(alerts, out)
         else:
             node.deleted = False
             node.labels = dict(event.labels)
@@ -374,6 +376,23 @@ class NodePartition:
                     self._dirty.add(node.key)
             self._watermark(st, out)
 
+    def _alerts(self, alerts: list[Alert], out: Outputs) -> None:
+        """Send alerts: the GPU health ones through the fleet partition, which adds the
+        named pods' workload owners (`FleetAlert`), where there is one; the others now."""
+        c = self.config
+        if c.fleet_topic is None or not any(a.name in HEALTH_SEVERITY for a in alerts):
+            out.emit_all(ALERTS, alerts)
+            return
+        st = self.stream_time
+        floor = None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
+        for alert in alerts:
+            if alert.name not in HEALTH_SEVERITY:
+                out.emit(ALERTS, alert)
+                continue
+            at = alert.ts if floor is None else max(alert.ts, floor + 1)
+            told = encode_input(FleetAlert(ts=at, alert=alert))
+            out.emit_raw(c.fleet_topic, b"", told, FLEET_PARTITION)
+
     def _fleet(self, node: NodeRuntime, view: FleetNode | FleetUse, out: Outputs) -> None:
         """Send what changed of a node's capacity to the fleet partition."""
         topic = self.config.fleet_topic
@@ -390,7 +409,7 @@ class NodePartition:
                 node.alert, st, rules, telemetry_missing_after_s=rules.telemetry_missing_after_s
             )
             if alerts:
-                out.emit_all(ALERTS, alerts)
+                self._alerts(alerts, out)
                 self._dirty.add(node.key)
                 if self.config.fleet_topic is not None:
                     firing = {uuid for uuid, _, _ in _idle(node.alert)}

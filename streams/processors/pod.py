@@ -42,7 +42,7 @@ from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
 from streams.core import pod_state
-from streams.core.fleet import FleetMark, encode_input
+from streams.core.fleet import FleetMark, FleetOwner, encode_input
 from streams.core.pod_alerts import still_firing
 from streams.core.pod_state import Forgotten, Held, PodState, new_state
 from streams.core.pod_step import (
@@ -235,14 +235,27 @@ class PodPartition:
             )
 
     def _send_fleet(self, out: Outputs) -> None:
-        """The waiting requests of the pods whose lifecycle moved, to the fleet partition."""
+        """What the fleet partition is told of the pods whose lifecycle moved: a GPU pod's
+        waiting request at each transition into, within or out of queued; a pod's workload
+        owner at its first transition and at its finish (GPU alerts name it)."""
         topic = self.config.fleet_topic
         due, self._fleet_due = self._fleet_due, []
         if topic is None:
             return
         for rec in due:
             state = self.pods.get(rec.uid)
-            if state is not None and state.gpu_request:
+            if state is None:
+                continue
+            owner = state.owner
+            if owner is not None and (rec.from_state is None or rec.to_state == "finished"):
+                told = FleetOwner(
+                    uid=rec.uid,
+                    owner=f"{owner.kind}/{owner.name}",
+                    ts=rec.ts,
+                    gone=rec.to_state == "finished",
+                )
+                out.emit_raw(topic, b"", encode_input(told), FLEET_PARTITION)
+            if state.gpu_request and "queued" in (rec.from_state, rec.to_state):
                 waiting = rec.to_state == "queued" and rec.node is None
                 value = encode_input(fleet_pod(state, rec.ts, waiting=waiting))
                 out.emit_raw(topic, b"", value, FLEET_PARTITION)
@@ -397,7 +410,11 @@ class PodPartition:
     def _publish(self, outputs: PodOutputs, out: Outputs) -> None:
         if self.config.fleet_topic is not None:
             self._fleet_due += [
-                r for r in outputs.lifecycle if "queued" in (r.from_state, r.to_state)
+                r
+                for r in outputs.lifecycle
+                if "queued" in (r.from_state, r.to_state)
+                or r.from_state is None
+                or r.to_state == "finished"
             ]
         out.emit_all(POD_LIFECYCLE, outputs.lifecycle)
         out.emit_all(ATTRIBUTION, outputs.attributions)

@@ -176,6 +176,11 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
         "critical",
     )
     assert "GPU has fallen off the bus" in xid["summary"]
+    # Each names its pod's workload owner (the watcher's: a Deployment over the ReplicaSet).
+    assert (xid["labels"]["owner"], hot["labels"]["owner"]) == (
+        "Job/train-a",
+        "Deployment/chat-serving",
+    )
     assert (hot["labels"]["pod"], hot["labels"]["reasons"]) == (
         "chat-serving-0",
         "hw_thermal_slowdown",
@@ -198,7 +203,10 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
         "4",
         "Job/big-train",
     )
-    (picture,) = [json.loads(raw) for raw in client.hgetall("gpuwatch:capacity").values()]
+    (field, raw) = client.hgetall("gpuwatch:capacity").popitem()
+    picture = json.loads(raw)
+    assert field == "NVIDIA-H100-80GB-HBM3/nvidia.com/gpu"  # the nodes' gpu.product label
+    assert picture["model"] == "NVIDIA H100 80GB HBM3"  # as NVML and the GPU series say
     assert picture["free_by_node"] == {"h100-0": 1, "h100-1": 2, "h100-2": 2}
     figures = [picture[k] for k in ("free", "stranded", "reclaimable", "queued", "blocked")]
     assert figures == [5, 5, 3, 1, 1], picture

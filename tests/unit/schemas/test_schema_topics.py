@@ -38,7 +38,7 @@ DESIGN_TOPICS = [
     ("attribution", "pod_uid", "gpuwatch.attribution/v1"),
     ("gpu.windows", "gpu_uuid", "gpuwatch.gpu.window/v1"),
     ("alerts", "alert_fingerprint", "gpuwatch.alert/v1"),
-    ("capacity", "cluster/model/resource", "gpuwatch.capacity/v1"),
+    ("capacity", "cluster/product/resource", "gpuwatch.capacity/v1"),
     ("deadletter", "source_topic", "gpuwatch.deadletter/v1"),
 ]
 
@@ -68,10 +68,12 @@ def test_only_pod_usage_is_internal() -> None:
 def test_key_of_a_value_is_the_field_the_key_names(spec: TopicSpec[Any]) -> None:
     message = EXAMPLES[spec.schema_name]
     value = spec.decode(json.dumps(message))
-    if spec.key == "cluster/model/resource":
-        assert spec.key_of(value) == f"{message['model']}/{message['resource']}"
+    if spec.key == "cluster/product/resource":
+        assert spec.key_of(value) == f"{message['product']}/{message['resource']}"
         named = spec.decode(json.dumps({**message, "cluster": "east"}))
-        assert spec.key_of(named) == f"east/{message['model']}/{message['resource']}"
+        assert spec.key_of(named) == f"east/{message['product']}/{message['resource']}"
+        unlabelled = spec.decode(json.dumps({**message, "product": None}))
+        assert spec.key_of(unlabelled) == f"{message['model']}/{message['resource']}"
         return
     assert spec.key_of(value) == message[KEY_FIELD[spec.key]]
 

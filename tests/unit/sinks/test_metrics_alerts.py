@@ -133,6 +133,24 @@ def test_a_gpu_shared_by_two_pods_has_a_series_per_pod_and_resolves_both() -> No
     assert firing(metrics) == []
 
 
+def test_a_gpu_fault_carries_each_holders_workload_owner() -> None:
+    metrics = worker()
+    one = {"node": "n1", "gpu": "GPU-1", "model": "H100", "xid": "79", "namespace": "ml",
+           "pod": "train-0", "pod_uid": "u0", "owner": "Job/train"}  # fmt: skip
+    metrics.observe_alert(alert("GpuXidError", labels=one, severity="critical"))
+    two = {"node": "n2", "gpu": "GPU-2", "model": "L4", "xid": "79",
+           "pods": "dev/a-0,dev/b-0", "pod_uids": "ua,ub", "owners": "Deployment/a,"}  # fmt: skip
+    metrics.observe_alert(alert("GpuXidError", fingerprint="f2", labels=two, severity="critical"))
+    xid = {"alertname": "GpuXidError", "severity": "critical", "xid": "79"}
+    shared = xid | {"namespace": "dev", "node": "n2", "gpu": "GPU-2", "model": "L4"}
+    assert firing(metrics) == [
+        xid | {"namespace": "ml", "pod": "train-0", "node": "n1", "gpu": "GPU-1",
+               "model": "H100", "pod_uid": "u0", "owner": "Job/train"},
+        shared | {"pod": "a-0", "pod_uid": "ua", "owner": "Deployment/a"},
+        shared | {"pod": "b-0", "pod_uid": "ub"},  # its owner is not known
+    ]  # fmt: skip
+
+
 def test_two_unnamed_pods_on_one_gpu_stay_apart_by_pod_uid() -> None:
     metrics = worker()
     for uid in ("uid-a", "uid-b"):

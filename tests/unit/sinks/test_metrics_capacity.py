@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from support.metric_records import T0, S, capacity, series, value, worker
 
-from schemas.capacity import capacity_key
 from sinks.prometheus.metrics import WorkerMetrics
 
 H100 = {"model": "H100", "resource": "nvidia.com/gpu"}
@@ -86,7 +85,7 @@ def test_a_revoked_partitions_keys_are_forgotten_and_shown_again_when_read_again
     record = capacity(free={"n1": 2}, cluster="east")
     metrics.observe_capacity(record)
     metrics.observe_capacity(capacity(free={"n9": 1}))
-    metrics.forget(capacity=[capacity_key("east", "H100", "nvidia.com/gpu")])
+    metrics.forget(capacity=[record.key()])
     assert free(metrics) == {("n9", "H100", "nvidia.com/gpu", ""): 1.0}
     assert value(metrics, "gpuwatch_stranded_gpus", **H100, cluster="east") is None
     metrics.observe_capacity(record)  # the partition came back: its history is read again

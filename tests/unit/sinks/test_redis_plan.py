@@ -215,7 +215,7 @@ def test_capacity_goes_to_its_field_of_the_capacity_hash_as_the_records_json() -
     (command,) = plan([capacity()], OPTS)
     assert command.script == "field_if_newer"
     assert command.keys == ("t:capacity",)
-    assert command.args[:2] == ("NVIDIA H100 80GB HBM3/nvidia.com/gpu", "1764412380000")
+    assert command.args[:2] == ("NVIDIA-H100-80GB-HBM3/nvidia.com/gpu", "1764412380000")
     assert msgspec.json.decode(command.args[2], type=Capacity) == capacity()
     assert msgspec.json.decode(command.args[2]) == example("gpuwatch.capacity/v1")
     assert '"cluster"' not in command.args[2]  # the default cluster's, as its record
@@ -223,10 +223,10 @@ def test_capacity_goes_to_its_field_of_the_capacity_hash_as_the_records_json() -
 
 def test_a_named_clusters_capacity_has_a_field_of_its_own_and_says_its_cluster() -> None:
     (east,) = plan([capacity(cluster="east", free=0, free_by_node={})], OPTS)
-    assert east.args[0] == "east/NVIDIA H100 80GB HBM3/nvidia.com/gpu"
+    assert east.args[0] == "east/NVIDIA-H100-80GB-HBM3/nvidia.com/gpu"
     assert msgspec.json.decode(east.args[2])["cluster"] == "east"
     (mig,) = plan([capacity(resource="nvidia.com/mig-1g.10gb")], OPTS)
-    assert mig.args[0] == "NVIDIA H100 80GB HBM3/nvidia.com/mig-1g.10gb"
+    assert mig.args[0] == "NVIDIA-H100-80GB-HBM3/nvidia.com/mig-1g.10gb"
 
 
 def test_equal_capacity_records_are_equal_strings_and_planned_once() -> None:

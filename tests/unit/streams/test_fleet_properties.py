@@ -49,6 +49,11 @@ def fleet_histories(draw: Any) -> History:
                 gone_ms=None if gone is None else gone * 100,
             )
         )
+    xids = []
+    if draw(st.booleans()):  # an Xid on a GPU, held by a pod or not (its alert names owners)
+        node = draw(st.sampled_from(base.nodes))
+        at = draw(st.integers(0, duration // 100 - 1)) * 100
+        xids.append((node.name, draw(st.integers(0, node.gpus - 1)), at, 79))
     cordons = []
     if draw(st.booleans()):
         node = draw(st.sampled_from(base.nodes))
@@ -56,7 +61,12 @@ def fleet_histories(draw: Any) -> History:
         b = draw(st.integers(a + 1, duration // 100))
         cordons.append((node.name, a * 100, b * 100))
     return dataclasses.replace(
-        base, node_events=True, waiting=tuple(waiting), cordons=tuple(cordons), _memo={}
+        base,
+        node_events=True,
+        waiting=tuple(waiting),
+        cordons=tuple(cordons),
+        xids=tuple(xids),
+        _memo={},
     )
 
 
@@ -70,7 +80,11 @@ def consistent(history: History, records: dict[str, list[Any]]) -> list[str]:
             out.append(f"capacity at {c['ts']}: free {c['free']} of {c['free_by_node']}")
         if not (c["blocked"] <= c["queued"] and c["stranded"] <= c["free"]):
             out.append(f"capacity at {c['ts']}: {c}")
+    owners = {p.uid: "Job/job-" + p.uid[:8] for p in history.pods}
     for a in records.get("alerts", []):
+        held = a["labels"].get("pod_uid")
+        if a["name"] == "GpuXidError" and held and a["labels"].get("owner") != owners[held]:
+            out.append(f"xid at {a['ts']} without its pod's owner: {a['labels']}")
         if a["name"] != "PodBlockedByFragmentation" or a["status"] != "firing":
             continue
         labels, wanted = a["labels"], asked[a["subject"]["uid"]]
@@ -177,6 +191,24 @@ def test_a_pod_wanting_two_gpus_is_blocked_while_one_is_free_on_each_node(order:
     assert pictures[-1]["free_by_node"] == {A: 2, B: 1}
     # Named as NVML names the GPUs (as the GPU series are), with the nodes' label beside.
     assert {(c["model"], c["product"]) for c in pictures} == {(NVML_MODEL, MODEL)}
+
+
+def test_a_gpu_fault_names_the_owner_of_the_pod_that_held_the_gpu() -> None:
+    """An Xid 79 on GPU 1 of node B at 30 s, held by HOLDER_B (a Job's pod) since 0 s: the
+    alert names the pod and the Job, in every order; on A's free GPU 1 at 40 s it names
+    no pod and no owner."""
+    history = dataclasses.replace(hand_history(), xids=((B, 1, 30_000, 79), (A, 1, 40_000, 79)))
+    for order in ("live", "pod events first", "samples first"):
+        alerts = run(history, order, 2).records()["alerts"]
+        xids = sorted(
+            (a for a in alerts if a["name"] == "GpuXidError" and a["status"] == "firing"),
+            key=lambda a: a["ts"],
+        )
+        assert [a["ts"] - T0 for a in xids] == [30_000, 40_000]
+        held, free = xids[0]["labels"], xids[1]["labels"]
+        assert (held["pod_uid"], held["owner"]) == (HOLDER_B, "Job/job-" + HOLDER_B[:8])
+        assert "owner" not in free
+        assert "pod_uid" not in free
 
 
 # --- The rule broken on purpose --------------------------------------------------------
