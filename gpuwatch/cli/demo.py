@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -22,7 +23,9 @@ def add_parser(verbs: Any) -> None:
         "create the topics, run the worker, the sinks (`gpuwatch sink redis`, `gpuwatch sink "
         "metrics`) and a simulated cluster (`gpuwatch simulate`) and "
         "show the live view (`gpuwatch top`) until Ctrl-C. Ctrl-C stops what the demo started, "
-        "the stack too unless it was already running or --keep-stack is given. The demo "
+        "the stack too unless it was already running or --keep-stack is given; so do "
+        "SIGTERM, SIGHUP and an output nobody reads any more (`| tee`, the tee gone), and "
+        "the worker, sinks and simulator stop by themselves if the demo is killed. The demo "
         "shortens the stall and alert rules (GPUWATCH_STALL_AFTER_S=120, "
         "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
         "set. Logs go to the stack's log directory (demo-worker.log, demo-sink.log, "
@@ -78,3 +81,16 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         return demo.run(settings, options, sys.stdout, progress)
     except demo.DemoError as exc:
         raise UserFacingError(f"demo: {exc}") from exc
+    finally:
+        _let_go_of_a_closed_stdout()
+
+
+def _let_go_of_a_closed_stdout() -> None:
+    """Where nobody reads stdout any more (`gpuwatch demo | tee`, the tee gone), point it
+    at /dev/null: Python's flush at exit would print a BrokenPipeError traceback."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

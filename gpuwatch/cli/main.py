@@ -31,6 +31,7 @@ from gpuwatch.cli import (
 )
 from gpuwatch.cli.common import Handler, UserFacingError
 from gpuwatch.config import SettingsError, load_settings
+from gpuwatch.run.lifetime import die_with_parent
 
 EPILOG = """\
 settings come from GPUWATCH_* environment variables and an optional YAML file
@@ -123,6 +124,7 @@ def _joined(values: list[str] | None) -> tuple[str, ...] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
+    die_with_parent()  # a child of `gpuwatch demo` stops when the demo dies, however it dies
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

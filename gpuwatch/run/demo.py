@@ -5,22 +5,32 @@ simulated cluster (`gpuwatch simulate`) as child processes with their logs in th
 log directory, and shows `gpuwatch top` until Ctrl-C or `--duration`. Then it stops the
 children it started (SIGTERM, then SIGKILL after a grace period) and the stack if it
 started it, and says where everything was.
+
+However it ends, nothing it started outlives it: SIGTERM and SIGHUP end it as Ctrl-C
+does; an output nobody reads any more (`gpuwatch demo | tee demo.log`, the `tee` gone
+with the Ctrl-C) ends it too, and a message that cannot be written never skips a stop;
+and each child is told by the kernel to stop when the demo dies, even by SIGKILL
+(Linux's parent-death signal), so a killed test run leaves no worker or simulator behind.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from gpuwatch import kafka
+from gpuwatch.run.lifetime import PARENT_ENV
 from gpuwatch.stack import manager
 from gpuwatch.stack.service import StackPaths
 from gpuwatch.top.live import TopOptions, TopUnavailable
@@ -31,6 +41,8 @@ from sinks.redis.sink import redact_url
 __all__ = ["DemoError", "DemoOptions", "demo_env", "run", "where_to_look"]
 
 UNBOUNDED_HORIZON_S = 3600.0  # a fast demo without --duration meets the wall clock after this
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the demo as Ctrl-C does (a service manager, a closed terminal)."""
 STOP_GRACE_S = 30.0  # the worker commits and leaves its group on SIGTERM within seconds
 DEMO_RULES = {
     # The defaults suit a cluster (stalled after 5 min, queued alert after 10 min); the demo
@@ -126,6 +138,66 @@ def where_to_look(settings: Settings, logs: Path) -> str:
     )
 
 
+class Viewer(io.TextIOBase):
+    """The demo's output: once nobody reads it (a broken pipe), the demo ends as at Ctrl-C
+    (`KeyboardInterrupt`, once), and what is written afterwards goes nowhere."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__()
+        self.out = out
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        return self._do(lambda: self.out.write(text), len(text))
+
+    def flush(self) -> None:
+        self._do(self.out.flush, 0)
+
+    def isatty(self) -> bool:
+        return not self.gone and self.out.isatty()
+
+    def _do(self, action: Callable[[], object], done: int) -> int:
+        if self.gone:
+            return done
+        try:
+            action()
+        except OSError as exc:
+            if not isinstance(exc, BrokenPipeError) and exc.errno != errno.EPIPE:
+                raise
+            self.gone = True
+            raise KeyboardInterrupt from exc  # nobody watches: stop as at Ctrl-C
+        return done
+
+
+def quiet(progress: Callable[[str], None]) -> Callable[[str], None]:
+    """`progress` that never raises for an output gone: a message must not skip a stop."""
+
+    def say(message: str) -> None:
+        with suppress(OSError):
+            progress(message)
+
+    return say
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt meanwhile (in the main thread only, where
+    Python runs handlers), so every `finally` of the demo runs as at Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def run(
     settings: Settings,
     options: DemoOptions,
@@ -133,6 +205,14 @@ def run(
     progress: Callable[[str], None] = lambda message: None,
 ) -> int:
     """The demo; its exit status."""
+    with stop_signals_interrupt():
+        # A text stream in all but its type: TextIOBase is not TextIO to the checker.
+        return _run(settings, options, cast(TextIO, Viewer(out)), quiet(progress))
+
+
+def _run(
+    settings: Settings, options: DemoOptions, out: TextIO, progress: Callable[[str], None]
+) -> int:
     before = {s.name for s in manager.status(settings) if s.healthy}
     progress("starting the local stack (the first run downloads Kafka, about 100 MB)")
     statuses = manager.up(settings, progress)
@@ -191,7 +271,7 @@ def children(
             running.append(_spawn(name, argv, env, logs))
         yield running
     finally:
-        progress("stopping the worker, the sinks and the simulated cluster")
+        quiet(progress)("stopping the worker, the sinks and the simulated cluster")
         stop(running)
 
 
@@ -200,8 +280,9 @@ def _spawn(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> C
     path = logs / f"demo-{name}.log"
     with path.open("ab") as log:
         process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the demo only; it stops them in order
+            env={**env, PARENT_ENV: str(os.getpid())},  # and it stops when the demo dies
         )  # fmt: skip
     return Child(name, process, path)
 
