@@ -396,7 +396,6 @@ class FleetState:
         queued = [_queued(p) for p in waiting]
         fleet = assess(nodes, queued, now_ms=at, idle_after_ms=0)
         alerts = self._alerts(cluster, fleet.blocked, at)
-        counts = _wanting(nodes, queued, {b.pod.uid for b in fleet.blocked})
         names = self._names(cluster)
         pictures = []
         seen: set[str] = set()
@@ -407,7 +406,6 @@ class FleetState:
                 for (c, node), free in fleet.free.items()
                 if c == cluster and free.get(m.resource) and self._model(c, node) == m.model
             }
-            queued_n, blocked_n = counts.get((m.model, m.resource), (0, 0))
             picture = Capacity(
                 schema="gpuwatch.capacity/v1",
                 ts=at,
@@ -425,8 +423,8 @@ class FleetState:
                     )
                     for node, g in m.reclaimable
                 ),
-                queued=queued_n,
-                blocked=blocked_n,
+                queued=m.queued,
+                blocked=m.blocked,
             )
             seen.add(picture.key())
             pictures.append(picture)
@@ -504,20 +502,6 @@ def _queued(p: FleetPod) -> QueuedPod:
         models=p.models,
         cluster=p.cluster,
     )
-
-
-def _wanting(
-    nodes: list[NodeCapacity], queued: list[QueuedPod], blocked: set[str]
-) -> dict[tuple[str, str], tuple[int, int]]:
-    """(model, resource) -> (queued pods that want it and could use one of its nodes, of
-    them blocked by fragmentation)."""
-    out: dict[tuple[str, str], tuple[int, int]] = {}
-    for pod in queued:
-        keys = {(n.model_name, r) for n in nodes if pod.can_use(n) for r in pod.request}
-        for key in keys:
-            q, b = out.get(key, (0, 0))
-            out[key] = (q + 1, b + (pod.uid in blocked))
-    return out
 
 
 def _run(b: Blocked, pod: FleetPod, at: int) -> BlockedRun:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas import ALL_TOPICS
 from schemas.settings import Settings
 
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
@@ -103,10 +104,10 @@ def test_topics_create_is_idempotent_from_the_command_line(
     try:
         first = run("topics", "create", env=env)
         assert first.returncode == 0, first.stdout + first.stderr
-        assert first.stdout.count(" created") == 9, first.stdout
+        assert first.stdout.count(" created") == len(ALL_TOPICS) == 10, first.stdout
         second = run("topics", "create", env=env)
         assert second.returncode == 0, second.stdout + second.stderr
-        assert second.stdout.count(" exists") == 9, second.stdout
+        assert second.stdout.count(" exists") == len(ALL_TOPICS), second.stdout
         listed = run("topics", "list", env=env)
         assert listed.returncode == 0
         assert f"{topic_prefix}nvml.samples" in listed.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from capacity_reference import reference_assess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,3 +174,52 @@ def test_the_answer_is_the_same_in_any_order_and_blocked_means_no_node_fits(
         assert blocked.fleet_free >= blocked.wanted > blocked.best_free
     for model in result.models:
         assert 0 <= model.stranded <= model.free
+
+
+multi_nodes_st = st.lists(
+    st.builds(
+        NodeCapacity,
+        node=st.sampled_from(["a", "b", "c", "d", "e"]),
+        allocatable=st.dictionaries(st.sampled_from([GPU, MIG]), st.integers(0, 4), max_size=2),
+        allocated=st.dictionaries(st.sampled_from([GPU, MIG]), st.integers(0, 4), max_size=2),
+        model=st.sampled_from([H100, L40S, None]),
+        schedulable=st.booleans(),
+        idle=st.lists(
+            st.builds(
+                IdleGpu,
+                uuid=st.sampled_from(["GPU-1", "GPU-2"]),
+                resource=st.sampled_from([GPU, MIG]),
+                since=st.integers(T0 - 2 * MIN, T0),
+                pods=st.just(("ml/x",)),
+            ),
+            max_size=2,
+        ).map(tuple),
+        cluster=st.sampled_from(["default", "east"]),
+    ),
+    max_size=5,
+    unique_by=lambda n: (n.cluster, n.node),
+)
+multi_pods_st = st.lists(
+    st.builds(
+        QueuedPod,
+        uid=st.sampled_from(["p", "q", "r", "s"]),
+        namespace=st.just("ml"),
+        pod=st.just("x"),
+        request=st.dictionaries(st.sampled_from([GPU, MIG]), st.integers(1, 6), max_size=2),
+        since=st.integers(T0 - MIN, T0),
+        models=st.sampled_from([(H100,), (L40S,), (H100, L40S), None]),
+        cluster=st.sampled_from(["default", "east"]),
+    ),
+    max_size=4,
+    unique_by=lambda p: p.uid,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(multi_nodes_st, multi_pods_st)
+def test_the_grouped_answer_is_the_one_worked_node_by_node(
+    nodes: list[NodeCapacity], pods: list[QueuedPod]
+) -> None:
+    """`assess` asks each group of alike nodes, not each node: the answer is the plain
+    one's (`capacity_reference`), with two resources, models, clusters and idle GPUs."""
+    assert fleet(nodes, pods) == reference_assess(nodes, pods, now_ms=T0, idle_after_ms=MIN)
