@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 
 DEADLINE_S = 60.0  # a consumer group's first join and a few fetches on a loaded machine
 H100 = "NVIDIA H100 80GB HBM3"
+PRODUCT = "NVIDIA-H100-80GB-HBM3"  # the nodes' gpu.product label: what the records are keyed by
 
 
 def capacity(ts: int, free: dict[str, int], **kw: Any) -> Capacity:
@@ -118,8 +119,8 @@ def test_the_redis_sink_keeps_each_keys_newest_record(
     finally:
         stop()
         writer.redis.close()
-    default = msgspec.json.decode(stored[f"{H100}/nvidia.com/gpu"], type=Capacity)
-    east = msgspec.json.decode(stored[f"east/{H100}/nvidia.com/gpu"], type=Capacity)
+    default = msgspec.json.decode(stored[f"{PRODUCT}/nvidia.com/gpu"], type=Capacity)
+    east = msgspec.json.decode(stored[f"east/{PRODUCT}/nvidia.com/gpu"], type=Capacity)
     assert (default.ts, dict(default.free_by_node)) == (t - 60_000, {"n1": 2, "n2": 1})
     assert (east.ts, east.cluster) == (t - 30_000, "east")
     assert writer.invalid == 0

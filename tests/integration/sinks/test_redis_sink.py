@@ -342,7 +342,7 @@ def test_older_gpu_sample_does_not_overwrite_newer(
     ]
 
 
-H100 = "NVIDIA H100 80GB HBM3/nvidia.com/gpu"
+H100 = "NVIDIA-H100-80GB-HBM3/nvidia.com/gpu"  # keyed by the nodes' gpu.product label
 
 
 def test_capacity_keeps_the_latest_picture_of_each_key(

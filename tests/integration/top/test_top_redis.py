@@ -339,6 +339,7 @@ def fragmented(t: int) -> list[SinkRecord]:
             Capacity,
             ts=t - MIN,
             model="NVIDIA L40S",
+            product="NVIDIA-L40S",
             free=0,
             stranded=0,
             reclaimable=0,
