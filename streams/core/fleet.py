@@ -323,6 +323,17 @@ class FleetState:
         pod = self.pods.get(item.uid)
         return pod is not None and (item.ts < pod.ts or item == pod)
 
+    def is_noop(self, item: Item) -> bool:
+        """Whether `item` would change nothing: a pod that is not waiting, a node deleted
+        or an owner gone, of which nothing is known (never seen, or forgotten)."""
+        if isinstance(item, FleetPod):
+            return not item.waiting and item.uid not in self.pods
+        if isinstance(item, FleetNode):
+            return item.deleted and (item.cluster, item.node) not in self.nodes
+        if isinstance(item, FleetOwner):
+            return item.gone and item.uid not in self.owners
+        return False
+
     def with_owners(self, alert: Alert) -> Alert:
         """A GPU alert with the workload owners of the pods it names (`owner`, or `owners`
         in the order of `pod_uids`); as it was where none is known."""
