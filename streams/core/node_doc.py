@@ -120,6 +120,9 @@ class NodeRuntime:
         self.seen_until = doc.seen_until
         self.fleet_node = doc.fleet_node
         self.fleet_use = doc.fleet_use
+        self.fleet_seen: object = None
+        """The allocations and firing idle GPUs `fleet_use` was last worked out from (not
+        stored: after a load the next sample works it out again)."""
         self.alert = (
             doc.alert if doc.alert is not None else NodeAlertState(node=doc.node, cluster=cluster)
         )

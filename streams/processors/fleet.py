@@ -136,20 +136,20 @@ class FleetPartition:
             return item.ts
         step = step_of(item.ts)
         wm, evaluated = self.state.watermark(), self.state.evaluated
-        if wm is not None and item.ts <= wm and self.state.is_noop(item):
-            # Behind the marks and changing nothing: sent again by a restarted side (an
-            # input ahead of the marks waits, and may come before the one it undoes).
-            self.counters.duplicates += 1
-            return item.ts
-        if wm is not None and item.ts <= wm:
-            # Behind the marks: applied now, in the step after the last one evaluated. A
-            # change is late (a node event the watcher sent late; a late pod event is
-            # counted where the pod side applies it); an alert sent again by a restarted
-            # node side goes out again, as the node side would send it, and is not.
+        if evaluated is not None and step <= evaluated:
+            # Its second is evaluated already. Changing nothing, it was sent again by a
+            # restarted side (an input of a second not yet evaluated waits instead, and may
+            # come before the one it undoes).
+            if self.state.is_noop(item):
+                self.counters.duplicates += 1
+                return item.ts
+            # Applied in the next second evaluated. A change is late (a node event the
+            # watcher sent late; a late pod event is counted where the pod side applies it);
+            # an alert sent again by a restarted node side goes out again, as the node side
+            # would send it, and is not.
             if not isinstance(item, FleetAlert | FleetPod):
                 self.counters.late += 1
-            if evaluated is not None:
-                step = max(step, evaluated + STEP_MS)
+            step = evaluated + STEP_MS
         self._arrivals += 1
         kind = _KIND[type(item)]
         self._waiting.append((step, kind, item.ts, self._arrivals, item))
