@@ -17,7 +17,7 @@ inputs' event times only, never on when the marks came.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -39,6 +39,7 @@ from streams.core.capacity import (
 from streams.core.pod_alerts import fingerprint, in_cluster
 
 __all__ = [
+    "FLEET_PARTITION",
     "SEVERITY",
     "STEP_MS",
     "FleetAlert",
@@ -59,6 +60,8 @@ __all__ = [
     "step_of",
 ]
 
+FLEET_PARTITION = 0
+"""The one partition of the fleet topic that carries anything (hosted by the pod side's)."""
 STEP_MS = 1000
 """Capacity is evaluated at the end of each second of event time that changed something."""
 
@@ -72,7 +75,6 @@ GONE_KEEP_MS = 6 * 3_600_000
 long as the pod side keeps what it may send again (`pod.SENT_AGAIN_KEEP_MS`)."""
 
 GPU_RESOURCE = "nvidia.com/gpu"
-MIG_PREFIX = "nvidia.com/mig-"
 
 
 class FleetIdle(msgspec.Struct, frozen=True, array_like=True):
@@ -563,8 +565,3 @@ def _blocked_alert(
         value=float(labels["wanted"]),
         cluster=cluster,
     )
-
-
-def request_of(request: Mapping[str, int]) -> dict[str, int]:
-    """A pod's GPU request without zero counts."""
-    return {r: n for r, n in sorted(request.items()) if n > 0}

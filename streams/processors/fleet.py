@@ -29,6 +29,7 @@ import msgspec
 from schemas.capacity import Capacity
 from schemas.topics import ALERTS, CAPACITY
 from streams.core.fleet import (
+    FLEET_PARTITION,
     STEP_MS,
     BlockedRun,
     FleetAlert,
@@ -47,8 +48,6 @@ from streams.processors.outputs import Counters, Outputs, Source
 
 __all__ = ["FLEET_KEY", "FLEET_PARTITION", "FleetPartition", "fleet_pod"]
 
-FLEET_PARTITION = 0
-"""The one partition of the fleet topic that carries anything."""
 FLEET_KEY = b"@fleet|"
 """Prefix of the fleet partition's keys in the pod table (no pod uid starts with "@")."""
 

@@ -38,6 +38,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
 from streams.core.fleet import (
+    FLEET_PARTITION,
     FleetAlert,
     FleetMark,
     FleetNode,
@@ -70,8 +71,6 @@ from streams.core.split import sample_view
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
-
-FLEET_PARTITION = 0  # as streams.processors.fleet has it (that module is the pod side's)
 
 __all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
 
@@ -108,6 +107,10 @@ class NodeConfig:
     """The internal fleet topic: each node's capacity view goes there when it changes
     (`streams.core.fleet`); None: no fleet capacity."""
 
+    def frontier(self, stream_time: int) -> int:
+        """The partition's usage frontier at `stream_time` (`ticks.usage_frontier`)."""
+        return usage_frontier(stream_time, self.lateness_ms, self.flush_ms, self.window_ms)
+
 
 class NodePartition:
     """The nodes of one partition and its stream time."""
@@ -130,7 +133,7 @@ class NodePartition:
         self.sources = SourceWatermarks(config.partitions)
         self._fleet_marks = SourceWatermarks(
             config.partitions,
-            lambda st: usage_frontier(st, config.lateness_ms, config.flush_ms, config.window_ms),
+            config.frontier,
         )
         """The pod side's watermark of the ticks applied, marked to the fleet partition."""
         self._samples = NVML_SAMPLES.full_name(config.prefix)
@@ -261,9 +264,7 @@ class NodePartition:
         self._release(sample.ts, out)  # node events up to the sample's time come first
         node = self._node(key, sample.node, sample.cluster)
         st = self.stream_time
-        frontier = (
-            None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
-        )
+        frontier = None if st is None else c.frontier(st)
         view = sample_view(sample)
         rules = c.rules.of(sample.cluster)
         integrals = integrate_sample(sample, rules.idle_util_pct, c.prices, view)
@@ -390,7 +391,7 @@ class NodePartition:
             out.emit_all(ALERTS, alerts)
             return
         st = self.stream_time
-        floor = None if st is None else usage_frontier(st, c.lateness_ms, c.flush_ms, c.window_ms)
+        floor = None if st is None else c.frontier(st)
         for alert in alerts:
             if alert.name not in HEALTH_SEVERITY:
                 out.emit(ALERTS, alert)
