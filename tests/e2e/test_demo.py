@@ -208,12 +208,15 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     assert field == "NVIDIA-H100-80GB-HBM3/nvidia.com/gpu"  # the nodes' gpu.product label
     assert picture["model"] == "NVIDIA H100 80GB HBM3"  # as NVML and the GPU series say
     assert picture["free_by_node"] == {"h100-0": 1, "h100-1": 2, "h100-2": 2}
-    figures = [picture[k] for k in ("free", "stranded", "reclaimable", "queued", "blocked")]
-    assert figures == [5, 5, 3, 1, 1], picture
-    idle_holders = [g["pods"] for g in picture["reclaimable_gpus"]]
-    assert (
-        sorted(idle_holders) == [["research/forgotten-notebook-0"]] + [["research/idle-job-0"]] * 2
-    )
+    figures = [picture[k] for k in ("free", "stranded", "queued", "blocked")]
+    assert figures == [5, 5, 1, 1], picture
+    # idle-job's 2 GPUs and the notebook's are reclaimable from 60 s on; broken-trainer's
+    # too while its idle alert fires in a long back-off (254-275 s, 364-465 s...), so
+    # whether it is among them depends on the second the demo stopped at.
+    holders = sorted(g["pods"][0] for g in picture["reclaimable_gpus"])
+    steady = ["research/forgotten-notebook-0", "research/idle-job-0", "research/idle-job-0"]
+    assert [h for h in holders if h != "nlp/broken-trainer-0"] == steady, picture
+    assert picture["reclaimable"] == len(holders)
 
     top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
     rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
