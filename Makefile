@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install os-deps venv codegen test lint unit stack-up stack-down demo schemas clean helm deploy-check
+.PHONY: install os-deps venv codegen test lint unit stack-up stack-down demo schemas clean helm kube-apiserver tools deploy-check
 
 install: os-deps venv
 
@@ -49,13 +49,25 @@ unit: venv
 helm:
 	@scripts/helm.sh version --short
 
+# A pinned kube-apiserver for `gpuwatch stack up --kube` and the tests against a real
+# API server, built once into ~/.cache/gpuwatch (minutes).
+kube-apiserver:
+	@scripts/kube-apiserver.sh --version
+
+# Both, built side by side (their downloads overlap) the first time.
+tools:
+	@scripts/helm.sh version --short & helm=$$!; \
+	scripts/kube-apiserver.sh --version; kube=$$?; \
+	wait $$helm && exit $$kube
+
 # The deployment files, checked offline: compose, Helm chart, dashboards, Dockerfile.
 deploy-check: venv helm
 	$(BIN)/pytest -q tests/deploy
 
 # The whole suite: lint and types, then unit, integration and e2e tests against
-# the real local stack (started here when it is not running).
-test: install lint stack-up helm
+# the real local stack with its Kubernetes API server (started here when not running).
+test: install lint tools
+	$(BIN)/gpuwatch stack up --kube
 	$(BIN)/pytest -q tests
 
 clean:

@@ -333,6 +333,18 @@ class AgentSettings(BaseModel):
     (64 MiB is about 4 hours of an 8-GPU node at 1 Hz)."""
     delivery_timeout_s: float = Field(default=600.0, ge=10)
     """How long a sample handed to the Kafka client is retried before it counts as lost."""
+    kube: bool = False
+    """Also run a Kubernetes API server (etcd and kube-apiserver) in the stack, as
+    `stack up --kube` does."""
+    kube_port: int = Field(default=16443, ge=1, le=65535)
+    """The local kube-apiserver's HTTPS port on 127.0.0.1."""
+    etcd_port: int = Field(default=12379, ge=1, le=65535)
+    """The local etcd's client port on 127.0.0.1 (the API server's storage)."""
+    etcd_peer_port: int = Field(default=12380, ge=1, le=65535)
+    """The local etcd's peer port on 127.0.0.1 (a cluster of one)."""
+    kube_apiserver: Path | None = None
+    """A kube-apiserver binary (1.34 or newer); None: the one scripts/kube-apiserver.sh
+    builds once into the cache directory."""
     kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     """The kubelet PodResources gRPC socket."""
     pod_logs_dir: Path = Path("/var/log/pods")
@@ -465,6 +477,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_STACK_PROMETHEUS_PORT": ("stack", "prometheus_port"),
     "GPUWATCH_PROMETHEUS_CONFIG": ("stack", "prometheus_config"),
     "GPUWATCH_STACK_READY_TIMEOUT_S": ("stack", "ready_timeout_s"),
+    "GPUWATCH_STACK_KUBE": ("stack", "kube"),
+    "GPUWATCH_STACK_KUBE_PORT": ("stack", "kube_port"),
+    "GPUWATCH_STACK_ETCD_PORT": ("stack", "etcd_port"),
+    "GPUWATCH_STACK_ETCD_PEER_PORT": ("stack", "etcd_peer_port"),
+    "GPUWATCH_KUBE_APISERVER": ("stack", "kube_apiserver"),
     "GPUWATCH_NODE_NAME": ("agent", "node_name"),
     "GPUWATCH_AGENT_INTERVAL_S": ("agent", "interval_s"),
     "GPUWATCH_AGENT_METRICS_PORT": ("agent", "metrics_port"),

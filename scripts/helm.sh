@@ -14,6 +14,8 @@
 # Exit status 3: no helm and no Go toolchain to build one.
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside $(...) stops the script too
+# shellcheck source=scripts/lib/go-build.sh
+. "$(dirname "$0")/lib/go-build.sh"
 
 HELM_VERSION="${GPUWATCH_HELM_VERSION:-v3.19.0}"
 # The Kubernetes version helm assumes without a cluster (`helm template`): that of the
@@ -21,34 +23,16 @@ HELM_VERSION="${GPUWATCH_HELM_VERSION:-v3.19.0}"
 HELM_K8S_MAJOR=1
 HELM_K8S_MINOR=34
 
-cache="${GPUWATCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuwatch}"
-dir="$cache/helm/$HELM_VERSION"
+dir="$(gpuwatch_cache_dir)/helm/$HELM_VERSION"
 bin="$dir/helm"
 
-find_go() {
-  if [ -n "${GPUWATCH_GO:-}" ]; then
-    [ -x "$GPUWATCH_GO" ] && echo "$GPUWATCH_GO"
-  elif command -v go >/dev/null 2>&1; then
-    command -v go
-  elif [ -x /usr/local/go/bin/go ]; then
-    echo /usr/local/go/bin/go
-  else
-    return 1
-  fi
-}
-
 build() {
-  local go work pkg ldflags
+  local go pkg ldflags
   if ! go="$(find_go)"; then
     echo "helm.sh: no helm ($bin) and no Go toolchain to build it; install helm 3 and set GPUWATCH_HELM" >&2
     exit 3
   fi
-  mkdir -p "$dir"
-  work="$(mktemp -d "${TMPDIR:-/tmp}/gpuwatch-helm-build.XXXXXX")"
-  # Module files are written read-only by go; make them removable before deleting.
-  # (Expanded now: $work is local to this function and gone when the trap runs.)
-  # shellcheck disable=SC2064
-  trap "chmod -R u+w $(printf %q "$work") 2>/dev/null; rm -rf $(printf %q "$work")" EXIT
+  make_workdir helm
   pkg=helm.sh/helm/v3
   ldflags="-s -w -X $pkg/internal/version.version=$HELM_VERSION"
   ldflags+=" -X $pkg/pkg/chartutil.k8sVersionMajor=$HELM_K8S_MAJOR"
@@ -59,28 +43,15 @@ build() {
   env GOPATH="$work/gopath" GOMODCACHE="$work/mod" GOCACHE="$work/cache" \
     GOBIN="$work/bin" GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
     "$go" install -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
-  # Into place atomically: a concurrent caller never sees half a binary.
-  mv "$work/bin/helm" "$bin.tmp.$$"
-  mv "$bin.tmp.$$" "$bin"
+  install_binary "$work/bin/helm" "$bin"
 }
 
-resolve() {
-  if [ -n "${GPUWATCH_HELM:-}" ]; then
-    echo "$GPUWATCH_HELM"
-    return
-  fi
-  if [ ! -x "$bin" ]; then
-    mkdir -p "$dir"
-    # One build at a time: parallel test runs wait for the first.
-    exec 9>"$dir/.lock"
-    flock 9
-    [ -x "$bin" ] || build
-    flock -u 9
-  fi
-  echo "$bin"
-}
-
-helm="$(resolve)"
+if [ -n "${GPUWATCH_HELM:-}" ]; then
+  helm="$GPUWATCH_HELM"
+else
+  cached_build "$bin" build
+  helm="$bin"
+fi
 if [ "${1:-}" = "--path" ]; then
   echo "$helm"
   exit 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the OS packages the local stack needs (a JRE 17+, Maven, Redis, Prometheus,
-# Alertmanager's amtool)
+# Alertmanager's amtool, etcd, openssl)
 # when they are missing. Idempotent: does nothing when every command is present.
 set -euo pipefail
 
@@ -18,9 +18,13 @@ command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # amtool validates deploy/prometheus/alertmanager.yml in the tests.
 command -v amtool >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
+# The local Kubernetes API server (`gpuwatch stack up --kube`): its store, and openssl for
+# its service-account signing key.
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "os-deps: java, mvn, redis-server, prometheus, promtool and amtool are present"
+  echo "os-deps: java, mvn, redis-server, prometheus, promtool, amtool, etcd and openssl are present"
   exit 0
 fi
 

@@ -33,6 +33,19 @@ def stack(settings: Settings) -> Settings:
     return settings
 
 
+@pytest.fixture(scope="session")
+def kube_stack(stack: Settings) -> Settings:
+    """The local stack with its Kubernetes API server (etcd, kube-apiserver), started unless
+    it runs; the first time the API server is built (minutes)."""
+    from gpuwatch.stack import manager
+
+    def progress(message: str) -> None:
+        print(f"stack: {message}", file=sys.stderr)
+
+    manager.up(stack, progress, kube=True)
+    return stack
+
+
 @pytest.fixture
 def topic_prefix() -> str:
     """A topic prefix of this test alone, so runs and tests never share topics."""

@@ -1,4 +1,5 @@
-"""`gpuwatch stack`: the local Kafka, Redis and Prometheus, as plain processes."""
+"""`gpuwatch stack`: the local Kafka, Redis and Prometheus (and with --kube a Kubernetes
+API server), as plain processes."""
 
 from __future__ import annotations
 
@@ -23,14 +24,22 @@ def add_parser(verbs: Any) -> None:
         "in the state directory (GPUWATCH_STATE_DIR, default ~/.local/state/gpuwatch).",
     )
     actions = add_actions(stack)
-    add_verb(
+    up = add_verb(
         actions,
         "up",
         None,
         "start what is not running (idempotent)",
         "Start Kafka on 127.0.0.1:9092, Redis on 6379 and Prometheus on 9090 "
         "(idempotent: each unless already running), and wait until each answers (Kafka: a metadata "
-        "request; Redis: PING; Prometheus: /-/ready).",
+        "request; Redis: PING; Prometheus: /-/ready). With --kube (or GPUWATCH_STACK_KUBE=true), "
+        "also etcd on 12379 and a Kubernetes API server (kube-apiserver 1.34, built once from "
+        "the Go module proxy into the cache directory) on https://127.0.0.1:16443, and write "
+        "the admin's kubeconfig to <state>/kube-apiserver/kubeconfig.",
+    )
+    up.add_argument(
+        "--kube",
+        action="store_true",
+        help="also run etcd and a kube-apiserver (no kubelets: objects, watches, RBAC)",
     )
     add_verb(
         actions,
@@ -58,9 +67,11 @@ def _stack(args: argparse.Namespace, settings: Settings) -> int:
         statuses = manager.status(settings)
         print(manager.format_table(statuses))
         return 0 if all(s.state in ("up", "external") for s in statuses) else 1
-    step = manager.up if args.action == "up" else manager.down
     try:
-        statuses = step(settings, progress)
+        if args.action == "up":
+            statuses = manager.up(settings, progress, kube=args.kube)
+        else:
+            statuses = manager.down(settings, progress)
     except manager.StackError as exc:
         raise UserFacingError(str(exc)) from exc
     print(manager.format_table(statuses))

@@ -1,4 +1,5 @@
-"""`gpuwatch stack up | down | status`: the local Kafka, Redis and Prometheus as a whole."""
+"""`gpuwatch stack up | down | status`: the local Kafka, Redis and Prometheus as a whole,
+and with `--kube` a Kubernetes API server (etcd and kube-apiserver)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gpuwatch.stack import kafka, prometheus, redis
+from gpuwatch.stack import kube as kube_module
 from gpuwatch.stack.ports import describe_port_holder, port_in_use
 from gpuwatch.stack.processes import (
     exit_code,
@@ -47,6 +49,8 @@ _PORT_SETTINGS: dict[ServiceName, tuple[str, ...]] = {
     "kafka": ("kafka_port", "kafka_controller_port"),
     "redis": ("redis_port",),
     "prometheus": ("prometheus_port",),
+    "etcd": ("etcd_port", "etcd_peer_port"),
+    "kube-apiserver": ("kube_port",),
 }
 
 
@@ -54,25 +58,33 @@ def _silent(_: str) -> None:
     return None
 
 
-def daemons(settings: Settings, which: Which = shutil.which) -> list[Daemon]:
-    """The services of the stack, in the order they are reported."""
+def daemons(settings: Settings, which: Which = shutil.which, *, kube: bool = False) -> list[Daemon]:
+    """The services of the stack, in the order they are reported: Kafka, Redis and
+    Prometheus, then etcd and the API server with `kube` (or stack.kube)."""
     paths = StackPaths.of(settings.stack.state_dir)
-    services = (kafka.KafkaService, redis.RedisService, prometheus.PrometheusService)
+    services: list[Any] = [kafka.KafkaService, redis.RedisService, prometheus.PrometheusService]
+    if kube or settings.stack.kube:
+        services += [kube_module.EtcdService, kube_module.KubeApiServerService]
     return [service(settings, paths, which) for service in services]
 
 
 def up(
-    settings: Settings, progress: Progress = _silent, *, which: Which = shutil.which
+    settings: Settings,
+    progress: Progress = _silent,
+    *,
+    which: Which = shutil.which,
+    kube: bool = False,
 ) -> list[ServiceStatus]:
     """Start what is not running, wait until every service answers; idempotent.
 
     A service of ours that answers is left alone; a foreign one that answers on the
     port is used as is ("external"); a port held by something that does not answer
-    is a StackError. Binaries are checked and Kafka is fetched and formatted before
-    anything starts, so such failures leave nothing half started.
+    is a StackError. Binaries are checked, Kafka is fetched and formatted and the API
+    server built before anything starts, so such failures leave nothing half started.
+    A service that needs another (the API server, etcd) starts once that one answers.
     """
     paths = StackPaths.of(settings.stack.state_dir)
-    services = daemons(settings, which)
+    services = daemons(settings, which, kube=kube)
     with locked(paths.lock_file, progress):
         found = {d.name: _assess(d, paths) for d in services}
         to_start = [d for d in services if found[d.name].kind == "free"]
@@ -90,23 +102,40 @@ def up(
                     progress(f"{d.name} is already up on {d.address} (pid {seen.pid})")
                 else:
                     waiting.append(_Waiting(d, seen.pid, offset=None, since=time.monotonic()))
-        for d in to_start:
-            progress(f"starting {d.name} on {d.address}...")
-            pid, offset = spawn(
-                commands[d.name],
-                cwd=d.workdir,
-                log_path=paths.log(d.name),
-                pid_file=paths.pid_file(d.name),
-            )
-            waiting.append(_Waiting(d, pid, offset=offset, since=time.monotonic()))
+        for wave in _waves(to_start):
+            for d in wave:
+                progress(f"starting {d.name} on {d.address}...")
+                pid, offset = spawn(
+                    commands[d.name],
+                    cwd=d.workdir,
+                    log_path=paths.log(d.name),
+                    pid_file=paths.pid_file(d.name),
+                )
+                waiting.append(_Waiting(d, pid, offset=offset, since=time.monotonic()))
+            _wait_ready(waiting, paths, settings.stack.ready_timeout_s, progress)
+            waiting = []
         _wait_ready(waiting, paths, settings.stack.ready_timeout_s, progress)
         return [_observe(d, paths) for d in services]
+
+
+def _waves(to_start: list[Daemon]) -> list[list[Daemon]]:
+    """The services to start, in waves: each after the ones it needs have answered."""
+    waves: list[list[Daemon]] = []
+    pending = list(to_start)
+    while pending:
+        names = {d.name for d in pending}
+        wave = [d for d in pending if not names.intersection(d.needs)]
+        if not wave:  # a cycle: a programming error, not a user's
+            raise StackError(f"services need each other: {sorted(names)}")
+        waves.append(wave)
+        pending = [d for d in pending if d not in wave]
+    return waves
 
 
 def down(settings: Settings, progress: Progress = _silent) -> list[ServiceStatus]:
     """Stop the services this state directory started; leave data, logs and others alone."""
     paths = StackPaths.of(settings.stack.state_dir)
-    services = daemons(settings)
+    services = [d for d in daemons(settings, kube=True) if _shown(d, paths, settings)]
     with locked(paths.lock_file, progress):
         ours: dict[ServiceName, int] = {}
         for d in services:
@@ -147,7 +176,14 @@ def down(settings: Settings, progress: Progress = _silent) -> list[ServiceStatus
 def status(settings: Settings) -> list[ServiceStatus]:
     """How each service is now; changes nothing."""
     paths = StackPaths.of(settings.stack.state_dir)
-    return [_observe(d, paths) for d in daemons(settings)]
+    return [_observe(d, paths) for d in daemons(settings, kube=True) if _shown(d, paths, settings)]
+
+
+def _shown(d: Daemon, paths: StackPaths, settings: Settings) -> bool:
+    """Kafka, Redis and Prometheus always; etcd and the API server when the stack runs
+    them (stack.kube) or a pid file says they were started (`stack up --kube`)."""
+    optional = d.name in ("etcd", "kube-apiserver")
+    return not optional or settings.stack.kube or paths.pid_file(d.name).exists()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
-ServiceName = Literal["kafka", "redis", "prometheus"]
+ServiceName = Literal["kafka", "redis", "prometheus", "etcd", "kube-apiserver"]
 ServiceState = Literal["up", "down", "external", "starting"]
 Progress = Callable[[str], None]
 Which = Callable[[str], str | None]
@@ -88,6 +88,10 @@ class Daemon(Protocol):
         """Other ports it listens on (Kafka's controller)."""
 
     @property
+    def needs(self) -> tuple[ServiceName, ...]:
+        """Services that must answer before it starts (the API server's etcd)."""
+
+    @property
     def workdir(self) -> Path:
         """Its data and rendered configuration; the process's working directory."""
 
@@ -118,6 +122,7 @@ class LocalService(ABC):
 
     name: ClassVar[ServiceName]
     stop_timeout_s: ClassVar[float] = 10.0
+    needs: ClassVar[tuple[ServiceName, ...]] = ()
 
     def __init__(
         self, paths: StackPaths, which: Which, port: int, extra_ports: tuple[int, ...] = ()

@@ -1,17 +1,37 @@
-"""Fixtures of the watcher's tests against the in-process test API server (no Kafka): the
-server, the real `kubernetes` client pointed at it, a poll with a deadline."""
+"""Fixtures of the watcher's tests against an API server (no Kafka): the server, the real
+`kubernetes` client pointed at it, a poll with a deadline.
+
+Every test runs twice: against the in-process test API server and against the real
+kube-apiserver of the local stack (`gpuwatch stack up --kube`). A test marked
+`test_server_only` runs against the test server alone; its mark says why (a fault the
+real server cannot be made to show on cue, such as a connection cut mid-stream).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from support import waiter
+from support.apiservers import LiveApiServer, live
 
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import FakeApiServer
+from schemas.settings import Settings
 
 Wait = Callable[..., None]
+TEST_SERVER = "test-server"
+KUBE_APISERVER = "kube-apiserver"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`apiserver`: both servers, or the test server alone for `test_server_only` tests."""
+    if "apiserver" not in metafunc.fixturenames:
+        return
+    only = metafunc.definition.get_closest_marker("test_server_only")
+    servers = [TEST_SERVER] if only else [TEST_SERVER, KUBE_APISERVER]
+    metafunc.parametrize("apiserver", servers, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -26,15 +46,24 @@ def wait() -> Wait:
 
 
 @pytest.fixture
-def apiserver() -> Iterator[FakeApiServer]:
-    """The test API server, bookmarks every 100 ms."""
-    with FakeApiServer(bookmark_interval_s=0.1) as server:
-        yield server
+def apiserver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The test API server (bookmarks every 100 ms), or the stack's kube-apiserver emptied
+    of pods, nodes, ReplicaSets and Jobs."""
+    if request.param == TEST_SERVER:
+        with FakeApiServer(bookmark_interval_s=0.1) as server:
+            yield server
+        return
+    settings: Settings = request.getfixturevalue("kube_stack")
+    with live(settings) as real:
+        yield real
 
 
 @pytest.fixture
-def kube(apiserver: FakeApiServer) -> Iterator[KubernetesApi]:
-    """The real `kubernetes` client pointed at the test API server."""
-    api = KubernetesApi.for_host(apiserver.url)
+def kube(apiserver: FakeApiServer | LiveApiServer) -> Iterator[KubernetesApi]:
+    """The real `kubernetes` client pointed at the server."""
+    if isinstance(apiserver, LiveApiServer):
+        api = apiserver.client()
+    else:
+        api = KubernetesApi.for_host(apiserver.url)
     yield api
     api.close()

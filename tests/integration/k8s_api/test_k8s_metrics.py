@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from producers.agent.publisher import Done, Publisher
@@ -40,6 +41,7 @@ def sample(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+@pytest.mark.test_server_only("failing the next request and cutting a watch on cue")
 def test_metrics_count_what_the_watches_did(
     apiserver: FakeApiServer, kube: KubernetesApi, wait: Any
 ) -> None:

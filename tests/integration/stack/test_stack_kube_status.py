@@ -1,0 +1,48 @@
+"""`gpuwatch stack status` and the stack's Kubernetes API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.apiservers import stack_up
+
+from gpuwatch.config import load_settings
+from gpuwatch.stack import manager
+from gpuwatch.stack.service import StackPaths
+from schemas.settings import Settings
+
+
+def test_status_shows_the_api_server_only_when_the_stack_runs_it(tmp_path: Path) -> None:
+    settings = load_settings({"GPUWATCH_STATE_DIR": str(tmp_path)})
+    names = [s.name for s in manager.status(settings)]
+    assert names == ["kafka", "redis", "prometheus"]
+    kube_on = load_settings({"GPUWATCH_STATE_DIR": str(tmp_path), "GPUWATCH_STACK_KUBE": "true"})
+    assert [s.name for s in manager.status(kube_on)][3:] == ["etcd", "kube-apiserver"]
+    pid_file = StackPaths.of(tmp_path).pid_file("kube-apiserver")
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text("999999999\n")  # started by `stack up --kube`, now stale
+    assert "kube-apiserver" in [s.name for s in manager.status(settings)]
+
+
+def test_the_stack_s_api_server_answers_its_admin_as_kubernetes_1_34(kube_stack: Settings) -> None:
+    from support.apiservers import LiveApiServer
+
+    from gpuwatch.stack import kube
+
+    credentials = stack_up(kube_stack)
+    states = {s.name: s.state for s in manager.status(kube_stack)}
+    assert states["etcd"] == "up"
+    assert states["kube-apiserver"] == "up"
+    server = LiveApiServer(
+        f"https://127.0.0.1:{kube_stack.stack.kube_port}",
+        credentials.kubeconfig,
+        kube.etcd_url(kube_stack),
+    )
+    try:
+        version = server.request("GET", "/version")
+        assert (version["major"], version["minor"]) == ("1", "34")
+        assert version["gitVersion"] == kube.KUBE_VERSION
+        groups = server.request("GET", "/apis/resource.k8s.io/v1")
+        assert "resourceclaims" in {r["name"] for r in groups["resources"]}
+    finally:
+        server.close()
