@@ -21,9 +21,12 @@ import base64
 import contextlib
 import copy
 import json
+import os
 import secrets
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -449,3 +452,36 @@ def live(settings: Settings) -> Iterator[LiveApiServer]:
         yield server
     finally:
         server.close()
+
+
+PROMETHEUS_OPERATOR = "v0.85.0"  # a release of github.com/prometheus-operator/prometheus-operator
+MONITORING_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
+
+
+def monitoring_crds(settings: Settings) -> list[Path]:
+    """The Prometheus Operator's CRDs of the objects the chart renders (ServiceMonitor,
+    PodMonitor, PrometheusRule), from the operator's Go module (example/prometheus-
+    operator-crd), fetched once from the Go module proxy into the cache directory."""
+    cache = settings.stack.cache_dir.expanduser().resolve()
+    home = cache / "crds" / "prometheus-operator" / PROMETHEUS_OPERATOR
+    files = [home / f"monitoring.coreos.com_{name}.yaml" for name in MONITORING_CRDS]
+    if all(f.exists() for f in files):
+        return files
+    home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-crds-") as scratch:
+        env = os.environ | {"GOMODCACHE": f"{scratch}/mod", "GOFLAGS": "-mod=mod"}
+        module = f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}"
+        done = subprocess.run(
+            [shutil.which("go") or "/usr/local/go/bin/go", "mod", "download", "-json", module],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        source = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+        for f in files:
+            shutil.copyfile(source / f.name, f)
+        subprocess.run(["chmod", "-R", "u+w", scratch], check=False)
+    return files

@@ -10,12 +10,15 @@ real server cannot be made to show on cue, such as a connection cut mid-stream).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support import waiter
-from support.apiservers import LiveApiServer, live
+from support.apiservers import LiveApiServer, UncachedApiServer, live
 
+from gpuwatch.stack import kube as stack_kube
+from gpuwatch.stack.service import StackPaths
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import Settings
@@ -67,3 +70,20 @@ def kube(apiserver: FakeApiServer | LiveApiServer) -> Iterator[KubernetesApi]:
         api = KubernetesApi.for_host(apiserver.url)
     yield api
     api.close()
+
+
+@pytest.fixture
+def real(kube_stack: Settings) -> Iterator[LiveApiServer]:
+    """The stack's kube-apiserver (with its watch cache, as clusters run it), emptied."""
+    with live(kube_stack) as server:
+        yield server
+
+
+@pytest.fixture
+def uncached(kube_stack: Settings, tmp_path: Path) -> Iterator[LiveApiServer]:
+    """A kube-apiserver over the stack's etcd without the watch cache."""
+    home = StackPaths.of(kube_stack.stack.state_dir).service_dir("kube-apiserver")
+    credentials = stack_kube.KubeCredentials.of(home)
+    with UncachedApiServer(kube_stack, credentials, tmp_path / "uncached") as server:
+        server.reset()
+        yield server

@@ -10,24 +10,20 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes.client import ApiException
-from support.apiservers import LiveApiServer, UncachedApiServer, live
+from support.apiservers import LiveApiServer
 from support.kube import RBAC, controlled
 
-from gpuwatch.stack import kube as stack_kube
-from gpuwatch.stack.service import StackPaths
 from producers.k8s.api import Collection, Expired
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
 from producers.simulate.kube import manifests as m
 from schemas import K8sPod
-from schemas.settings import Settings, WatcherSettings
+from schemas.settings import WatcherSettings
 
 FAST = Backoff(base_s=0.01, cap_s=0.05, rng=random.Random(7))
 
@@ -46,23 +42,6 @@ class Pods:
     def of(self, name: str) -> list[tuple[str, str]]:
         with self._lock:
             return [(p.type, p.phase) for p in self.seen if p.name == name]
-
-
-@pytest.fixture
-def real(kube_stack: Settings) -> Iterator[LiveApiServer]:
-    """The stack's kube-apiserver (with its watch cache, as clusters run it), emptied."""
-    with live(kube_stack) as server:
-        yield server
-
-
-@pytest.fixture
-def uncached(kube_stack: Settings, tmp_path: Path) -> Iterator[LiveApiServer]:
-    """A kube-apiserver over the stack's etcd without the watch cache."""
-    home = StackPaths.of(kube_stack.stack.state_dir).service_dir("kube-apiserver")
-    credentials = stack_kube.KubeCredentials.of(home)
-    with UncachedApiServer(kube_stack, credentials, tmp_path / "uncached") as server:
-        server.reset()
-        yield server
 
 
 def watcher_on(api: Any, pods: Pods, **settings: Any) -> K8sWatcher:
