@@ -315,8 +315,11 @@ class FleetState:
             node = self.nodes.get((item.cluster, item.node))
             return node is not None and (item.ts < node.ts or item == node)
         if isinstance(item, FleetUse):
+            # By the node side's own revision first: an idle alert the watermark ended is
+            # dated stream time + 1, after the sample that follows it (an earlier ts, a
+            # later revision), and must not undo that sample's view.
             use = self.uses.get((item.cluster, item.node))
-            return use is not None and (item.ts, item.rev) <= (use.ts, use.rev)
+            return use is not None and (item.rev, item.ts) <= (use.rev, use.ts)
         if isinstance(item, FleetOwner):
             owner = self.owners.get(item.uid)
             return owner is not None and (item.ts, item.gone) <= (owner.ts, owner.gone)
