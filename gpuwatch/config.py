@@ -113,7 +113,8 @@ def _explain(exc: ValidationError, sources: Mapping[tuple[str, str], Source]) ->
         key = (loc[0], loc[1]) if len(loc) >= 2 else (loc[0], "")
         source = sources.get(key)
         if source is None:
-            source = ".".join(loc) + " (default)"
+            # A whole group's rule (two settings that go together) has no one source.
+            source = ".".join(loc) + (" (default)" if len(loc) >= 2 else "")
         elif len(loc) > 2:
             source = f"{source} at {'.'.join(loc[2:])}"
         message = error["msg"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from schemas.fields import DEFAULT_CLUSTER, Cluster
 from schemas.prices import BUILTIN_PRICES, PriceTable
@@ -77,6 +77,11 @@ class KafkaSettings(BaseModel):
     """SASL password (never logged)."""
     ssl_cafile: Path | None = None
     """CA bundle for SSL / SASL_SSL."""
+    ssl_certfile: Path | None = None
+    """Client certificate (PEM, with its chain) for brokers that authenticate clients by
+    certificate (mutual TLS: SSL); set together with ssl_keyfile."""
+    ssl_keyfile: Path | None = None
+    """Private key (PEM, unencrypted) of ssl_certfile."""
 
     @field_validator("bootstrap")
     @classmethod
@@ -86,6 +91,20 @@ class KafkaSettings(BaseModel):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"expected host:port[,host:port...], got {server.strip()!r}")
         return value
+
+    @model_validator(mode="after")
+    def _client_certificate(self) -> KafkaSettings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError(
+                "GPUWATCH_KAFKA_SSL_CERTFILE and GPUWATCH_KAFKA_SSL_KEYFILE go together "
+                "(a client certificate and its key)"
+            )
+        if self.ssl_certfile is not None and self.security_protocol not in ("SSL", "SASL_SSL"):
+            raise ValueError(
+                "a client certificate (GPUWATCH_KAFKA_SSL_CERTFILE) needs "
+                f"GPUWATCH_KAFKA_SECURITY_PROTOCOL SSL or SASL_SSL, not {self.security_protocol}"
+            )
+        return self
 
     @property
     def servers(self) -> list[str]:
@@ -105,16 +124,23 @@ class KafkaSettings(BaseModel):
                 options["sasl_plain_password"] = self.sasl_password.get_secret_value()
         if self.ssl_cafile is not None:
             options["ssl_cafile"] = str(self.ssl_cafile)
+        if self.ssl_certfile is not None and self.ssl_keyfile is not None:
+            options["ssl_certfile"] = str(self.ssl_certfile)
+            options["ssl_keyfile"] = str(self.ssl_keyfile)
         return options
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context of the SSL protocols (the CA file when one is set); None otherwise.
+        """The TLS context of the SSL protocols (the CA file when one is set, the client
+        certificate and key when set); None otherwise.
 
-        For the clients that take a context rather than a CA file (aiokafka, Faust)."""
+        For the clients that take a context rather than file names (aiokafka, Faust)."""
         if self.security_protocol not in ("SSL", "SASL_SSL"):
             return None
         cafile = None if self.ssl_cafile is None else str(self.ssl_cafile)
-        return ssl.create_default_context(cafile=cafile)
+        context = ssl.create_default_context(cafile=cafile)
+        if self.ssl_certfile is not None and self.ssl_keyfile is not None:
+            context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile))
+        return context
 
 
 class RedisSettings(BaseModel):
@@ -307,6 +333,18 @@ class StackSettings(BaseModel):
     """Prometheus configuration; None: deploy/prometheus/prometheus.yml of this checkout."""
     ready_timeout_s: float = Field(default=90.0, gt=0)
     """How long `stack up` waits for each service to answer."""
+    kube: bool = False
+    """Also run a Kubernetes API server (etcd and kube-apiserver) in the stack, as
+    `stack up --kube` does."""
+    kube_port: int = Field(default=16443, ge=1, le=65535)
+    """The local kube-apiserver's HTTPS port on 127.0.0.1."""
+    etcd_port: int = Field(default=12379, ge=1, le=65535)
+    """The local etcd's client port on 127.0.0.1 (the API server's storage)."""
+    etcd_peer_port: int = Field(default=12380, ge=1, le=65535)
+    """The local etcd's peer port on 127.0.0.1 (a cluster of one)."""
+    kube_apiserver: Path | None = None
+    """A kube-apiserver binary (1.34 or newer); None: the one scripts/kube-apiserver.sh
+    builds once into the cache directory."""
 
 
 def _comma_list(value: Any) -> Any:
@@ -333,18 +371,6 @@ class AgentSettings(BaseModel):
     (64 MiB is about 4 hours of an 8-GPU node at 1 Hz)."""
     delivery_timeout_s: float = Field(default=600.0, ge=10)
     """How long a sample handed to the Kafka client is retried before it counts as lost."""
-    kube: bool = False
-    """Also run a Kubernetes API server (etcd and kube-apiserver) in the stack, as
-    `stack up --kube` does."""
-    kube_port: int = Field(default=16443, ge=1, le=65535)
-    """The local kube-apiserver's HTTPS port on 127.0.0.1."""
-    etcd_port: int = Field(default=12379, ge=1, le=65535)
-    """The local etcd's client port on 127.0.0.1 (the API server's storage)."""
-    etcd_peer_port: int = Field(default=12380, ge=1, le=65535)
-    """The local etcd's peer port on 127.0.0.1 (a cluster of one)."""
-    kube_apiserver: Path | None = None
-    """A kube-apiserver binary (1.34 or newer); None: the one scripts/kube-apiserver.sh
-    builds once into the cache directory."""
     kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     """The kubelet PodResources gRPC socket."""
     pod_logs_dir: Path = Path("/var/log/pods")
@@ -465,6 +491,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_KAFKA_SASL_USERNAME": ("kafka", "sasl_username"),
     "GPUWATCH_KAFKA_SASL_PASSWORD": ("kafka", "sasl_password"),
     "GPUWATCH_KAFKA_SSL_CAFILE": ("kafka", "ssl_cafile"),
+    "GPUWATCH_KAFKA_SSL_CERTFILE": ("kafka", "ssl_certfile"),
+    "GPUWATCH_KAFKA_SSL_KEYFILE": ("kafka", "ssl_keyfile"),
     "GPUWATCH_FINISHED_TTL_S": ("redis", "finished_ttl_s"),
     "GPUWATCH_METRICS_BIND": ("metrics", "bind"),
     "GPUWATCH_STATE_DIR": ("stack", "state_dir"),

@@ -1,7 +1,7 @@
 """The aiokafka clients and Faust broker credentials, from the Kafka settings.
 
-Faust and aiokafka take a TLS context rather than a CA file: both get the one
-`KafkaSettings.ssl_context()` makes.
+Faust and aiokafka take a TLS context rather than a CA file and a client certificate:
+both get the one `KafkaSettings.ssl_context()` makes.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ def credentials(kafka: KafkaSettings) -> Any:
 
 
 def aiokafka_options(kafka: KafkaSettings) -> dict[str, Any]:
-    """Connection options in aiokafka's names (it takes an SSL context, not a CA file)."""
+    """Connection options in aiokafka's names (it takes an SSL context, not the files)."""
     options = kafka.client_options()
-    options.pop("ssl_cafile", None)
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        options.pop(name, None)
     context = kafka.ssl_context()
     if context is not None:
         options["ssl_context"] = context
