@@ -52,6 +52,9 @@ JOBS = {
 # but for the Redis sink.
 SINKS = {"sink-redis", "sink-metrics"}
 PRODUCERS = {"node-agent", "k8s-watcher"}
+# The embedded Kafka and Redis run images of their own, not gpuwatch's: left out of the
+# checks of gpuwatch's pods here, checked in test_deploy_helm_embedded.py.
+EMBEDDED = {"kafka", "redis"}
 
 Object = dict[str, Any]
 
@@ -109,13 +112,20 @@ def one(objects: list[Object], kind: str, component: str) -> Object:
 
 
 def pod_specs(objects: list[Object]) -> Iterator[tuple[str, Object]]:
+    """The pod templates of gpuwatch's components (not the embedded Kafka's and Redis's)."""
     for o in objects:
         if o["kind"] in {"Deployment", "DaemonSet", "Job", "StatefulSet"}:
-            yield o["metadata"]["labels"]["app.kubernetes.io/component"], o["spec"]["template"]
+            component = o["metadata"]["labels"]["app.kubernetes.io/component"]
+            if component not in EMBEDDED:
+                yield component, o["spec"]["template"]
 
 
 def containers(objects: list[Object]) -> Iterator[tuple[str, Object, Object]]:
+    """Every gpuwatch container with its component; a first container (`topics`, the topics
+    created before a worker or sink starts on the embedded Kafka) as the component it runs."""
     for component, template_ in pod_specs(objects):
+        for init in template_["spec"].get("initContainers", []):
+            yield init["name"], template_["spec"], init
         for container in template_["spec"]["containers"]:
             yield component, template_["spec"], container
 
@@ -171,23 +181,27 @@ def test_what_each_values_file_renders(
     def kinds(objects: list[Object]) -> list[str]:
         return sorted(o["kind"] for o in objects)
 
-    base = [
+    gpuwatch = [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
-        "Deployment", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
-        "PodDisruptionBudget", "PodDisruptionBudget", "Service", "Service", "Service",
-        "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
-        "ServiceAccount",
+        "Deployment", "Deployment", "PodDisruptionBudget", "PodDisruptionBudget",
+        "PodDisruptionBudget", "Service", "Service", "Service", "Service", "ServiceAccount",
+        "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
     ]  # fmt: skip
-    assert kinds(default) == base
+    # The embedded Kafka (a StatefulSet, its headless and client Services) and Redis.
+    embedded = ["StatefulSet", "Service", "Service", "Deployment", "Service"]
+    policies = ["NetworkPolicy"] * 7  # one per component, Kafka's and Redis's among them
+    assert kinds(default) == sorted([*gpuwatch, *embedded, *policies, "Pod"])
+    # Six components' policies (the topics hook's among them) and the test pod's own.
     assert kinds(tls) == sorted(
-        [*base, "ConfigMap", "ConfigMap", "NetworkPolicy", "PodMonitor", "PrometheusRule",
-         "ServiceMonitor", "ServiceMonitor", "ServiceMonitor", "ServiceMonitor"]
+        [*gpuwatch, "Job", "ConfigMap", "ConfigMap", *["NetworkPolicy"] * 7, "PodMonitor",
+         "PrometheusRule", "ServiceMonitor", "ServiceMonitor", "ServiceMonitor",
+         "ServiceMonitor", "Pod"]
     )  # fmt: skip
     assert kinds(sim) == sorted(
         ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
-         "Deployment", "Deployment", "Job", "Service", "Service", "Service", "Service",
+         "Deployment", "Deployment", "Service", "Service", "Service", "Service",
          "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
-         "ServiceAccount"]
+         "ServiceAccount", *embedded, "Pod"]
     )  # fmt: skip
     deployments = {c for c, _ in pod_specs(default)} - {"node-agent", "topics"}
     assert deployments == {"worker", "sink-redis", "sink-metrics", "k8s-watcher"}
@@ -270,7 +284,7 @@ def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
     tokens = {c: pod["spec"]["automountServiceAccountToken"] for c, pod in pod_specs(default)}
     assert tokens == {
         "worker": False, "sink-redis": False, "sink-metrics": False, "k8s-watcher": True,
-        "node-agent": False, "topics": False,
+        "node-agent": False,
     }  # fmt: skip
     accounts = {a["metadata"]["name"]: a for a in by_kind(default, "ServiceAccount")}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
@@ -313,7 +327,10 @@ def test_only_the_sink_talks_to_redis(values: str, request: pytest.FixtureReques
     if values == "default":
         sink = one(objects, "Deployment", "sink-redis")["spec"]["template"]["spec"]
         (container,) = sink["containers"]
-        assert env_of(container)["GPUWATCH_REDIS_URL"]["value"] == "redis://redis:6379/0"
+        # The embedded Redis's Service.
+        assert (
+            env_of(container)["GPUWATCH_REDIS_URL"]["value"] == "redis://gw-gpuwatch-redis:6379/0"
+        )
 
 
 def test_the_redis_ca_is_mounted_on_the_sink_from_its_secret(tls: list[Object]) -> None:
@@ -390,11 +407,17 @@ def test_the_metrics_sink_needs_kafka_alone(tls: list[Object]) -> None:
         (["--set", "sinkMetrics.replicas=13"],
          "sinkMetrics.replicas (13) exceeds kafka.partitions (12)"),
         (["--set", "settings.GPUWATCH_SINK_EXPORTER_PORT=1"], "is set by the chart"),
-        (["--set", "nodeAgent.backend=dcgm"], "nodeAgent.backend: nvml or sim"),
-        (["--set", "prometheusRule.enabled=true", "--set", "prometheusRule.alertsFrom=metrics"],
+        # values.schema.json refuses these first (test_deploy_helm_schema.py); the templates'
+        # own checks stand where it is skipped.
+        (["--skip-schema-validation", "--set", "nodeAgent.backend=dcgm"],
+         "nodeAgent.backend: nvml or sim"),
+        (["--skip-schema-validation", "--set", "prometheusRule.enabled=true",
+          "--set", "prometheusRule.alertsFrom=metrics"],
          "prometheusRule.alertsFrom: stream or thresholds"),
-        (["--set", "cluster.name=eu west"], 'cluster.name "eu west": 1 to 63 letters'),
-        (["--set", "cluster.name=" + "x" * 64], "at most 63 characters"),
+        (["--skip-schema-validation", "--set", "cluster.name=eu west"],
+         'cluster.name "eu west": 1 to 63 letters'),
+        (["--skip-schema-validation", "--set", "cluster.name=" + "x" * 64],
+         "at most 63 characters"),
         (["--set", "settings.GPUWATCH_CLUSTER=eu-west"], "is set by the chart"),
     ],
     ids=["redis-password", "redis-setting", "sasl-setting", "managed", "not-gpuwatch",
@@ -487,14 +510,15 @@ def test_container_args_parse_with_the_gpuwatch_command_line(
     }
 
 
-def test_the_topics_job_runs_before_install_and_upgrade(default: list[Object]) -> None:
-    (job,) = by_kind(default, "Job")
+def test_the_topics_job_runs_before_install_and_upgrade(tls: list[Object]) -> None:
+    """With an external Kafka; the embedded one's topics: test_deploy_helm_embedded.py."""
+    (job,) = by_kind(tls, "Job")
     annotations = job["metadata"]["annotations"]
     assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["args"][2:] == ["topics", "create"]
     env = env_of(container)
-    assert env["GPUWATCH_KAFKA_PARTITIONS"]["value"] == "12"
+    assert env["GPUWATCH_KAFKA_PARTITIONS"]["value"] == "24"
     assert env["GPUWATCH_KAFKA_REPLICATION_FACTOR"]["value"] == "3"
 
 
@@ -594,6 +618,7 @@ def test_metrics_ports_are_the_settings_defaults_and_prometheus_yml(
     services = {
         s["metadata"]["labels"]["app.kubernetes.io/component"]: s["spec"]["ports"]
         for s in by_kind(default, "Service")
+        if s["metadata"]["labels"]["app.kubernetes.io/component"] not in EMBEDDED
     }
     assert services == {
         "worker": [{"name": "metrics", "port": 9480, "targetPort": "metrics", "protocol": "TCP"}],
@@ -654,9 +679,13 @@ def test_the_prometheus_rule_is_the_rules_file_and_promtool_accepts_it(
 
 
 def test_the_prometheus_rule_can_carry_the_threshold_rules_instead(helm: str) -> None:
+    """The file's rules, with the idle threshold of the release's settings (3 %): the rest
+    of what the values change is test_deploy_helm_rules.py's."""
     objects = render(helm, "-f", str(TLS_VALUES), "--set", "prometheusRule.alertsFrom=thresholds")
     (rule,) = by_kind(objects, "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load(THRESHOLD_RULES.read_text(encoding="utf-8"))
+    shipped = THRESHOLD_RULES.read_text(encoding="utf-8")
+    idle_3 = shipped.replace("ratio < 0.05", "ratio < 0.03").replace("under 5 %", "under 3 %")
+    assert rule["spec"] == yaml.safe_load(idle_3)
 
 
 def test_the_dashboards_config_map_holds_every_dashboard(tls: list[Object]) -> None:
@@ -669,29 +698,33 @@ def test_the_dashboards_config_map_holds_every_dashboard(tls: list[Object]) -> N
 
 
 def policies_of(objects: list[Object], pod: Object) -> list[Object]:
-    """The network policies whose pod selector picks this pod template."""
+    """The network policies whose pod selector picks this pod template (not those of
+    `helm test`, a hook, which add its own pod)."""
     labels = pod["metadata"]["labels"]
     return [
         p
         for p in by_kind(objects, "NetworkPolicy")
         if labels.items() >= p["spec"]["podSelector"]["matchLabels"].items()
+        and "helm.sh/hook" not in p["metadata"].get("annotations", {})
     ]
 
 
 def test_network_policy_admits_only_the_metrics_ports(tls: list[Object]) -> None:
-    policy = one(tls, "NetworkPolicy", "network")
-    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    (sink_policy,) = [p for p in by_kind(tls, "NetworkPolicy") if p is not policy]
-    assert sink_policy["spec"]["policyTypes"] == ["Egress"]  # admits no connection in
-    assert "ingress" not in sink_policy["spec"]
-    (ingress,) = policy["spec"]["ingress"]
-    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
-    assert ingress["from"] == [
+    monitoring = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
-    selected = policy["spec"]["podSelector"]["matchLabels"]
-    for _, pod in pod_specs(tls):
-        assert pod["metadata"]["labels"].items() >= selected.items()
+    for component, pod in pod_specs(tls):
+        (policy,) = policies_of(tls, pod)  # each component's own alone
+        assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+            component
+        )
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        if component == "topics":  # listens on nothing: nothing gets in
+            assert policy["spec"]["ingress"] == []
+        else:
+            assert policy["spec"]["ingress"] == [
+                {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}
+            ]
         for container in pod["spec"]["containers"]:
             assert [p["name"] for p in container.get("ports", [])] in ([], ["metrics"])
 
@@ -701,28 +734,28 @@ def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> No
     for component, pod in pod_specs(tls):
         rules = [rule for p in policies_of(tls, pod) for rule in p["spec"].get("egress", [])]
         ports[component] = {port["port"] for rule in rules for port in rule["ports"]}
-    common = {53, 9093, 6443}  # DNS, Kafka, the API server: networkPolicy.egress
+    common = {53, 9093}  # DNS, Kafka (networkPolicy.kafkaTo)
     assert ports == {
         "worker": common, "sink-redis": common | {6380}, "sink-metrics": common,
-        "k8s-watcher": common, "node-agent": common, "topics": common,
+        "k8s-watcher": common | {6443}, "node-agent": common, "topics": common,
     }  # fmt: skip
     sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
     redis_policy = one(tls, "NetworkPolicy", "sink-redis")
     assert redis_policy["spec"]["podSelector"]["matchLabels"] == sink
 
 
-def test_the_redis_egress_policy_only_where_egress_is_restricted(helm: str) -> None:
-    redis = 'networkPolicy.redisEgress=[{"ports": [{"port": 6379}]}]'
-    unrestricted = render(helm, "--set-json", redis)
-    assert [p["spec"]["policyTypes"] for p in by_kind(unrestricted, "NetworkPolicy")] == [
-        ["Ingress"]
-    ]
-    kafka = 'networkPolicy.egress=[{"ports": [{"port": 9092}]}]'
-    restricted = render(helm, "--set-json", redis, "--set-json", kafka)
-    assert sorted(p["spec"]["policyTypes"] for p in by_kind(restricted, "NetworkPolicy")) == [
-        ["Egress"],
-        ["Ingress", "Egress"],
-    ]
+def test_egress_is_restricted_only_with_restrict_egress(helm: str, tls: list[Object]) -> None:
+    unrestricted = render(
+        helm, "-f", str(TLS_VALUES), "--set", "networkPolicy.restrictEgress=false"
+    )
+    mine = [p for p in by_kind(unrestricted, "NetworkPolicy") if "helm.sh/hook" not in
+            p["metadata"].get("annotations", {})]  # fmt: skip
+    assert len(mine) == 6
+    for policy in mine:
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert "egress" not in policy["spec"]
+    restricted = [p for p in by_kind(tls, "NetworkPolicy") if "egress" in p["spec"]]
+    assert len(restricted) == 6
 
 
 # --- the chart as a package ---------------------------------------------------------------

@@ -50,6 +50,25 @@ spec:
       securityContext:
         {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
+      {{- if eq (include "gpuwatch.topicsBy" $root) "init" }}
+      # The embedded Kafka starts with the release, after any pre-install hook would have
+      # run: its topics are created here, before the process that checks them
+      # (idempotent; restarted until the broker answers).
+      initContainers:
+        - name: topics
+          image: {{ include "gpuwatch.image" $root | quote }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            {{- include "gpuwatch.args" (dict "root" $root "args" (list "topics" "create")) | nindent 12 }}
+          env:
+            {{- include "gpuwatch.env" (dict "root" $root "prices" false) | nindent 12 }}
+          resources:
+            {{- toYaml $root.Values.topics.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.securityContext | nindent 12 }}
+          volumeMounts:
+            {{- include "gpuwatch.volumeMounts" (dict "root" $root "prices" false) | nindent 12 }}
+      {{- end }}
       containers:
         - name: {{ .component }}
           image: {{ include "gpuwatch.image" $root | quote }}

@@ -62,13 +62,36 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- end -}}
 {{- end -}}
 
+{{/* Kafka's bootstrap servers: the embedded Kafka's Service, or kafka.bootstrap. */}}
+{{- define "gpuwatch.kafkaBootstrap" -}}
+{{- if .Values.kafka.embedded.enabled -}}
+{{- printf "%s:9092" (include "gpuwatch.componentName" (dict "root" . "component" "kafka")) -}}
+{{- else -}}
+{{- required "kafka.bootstrap is required with kafka.embedded.enabled=false: host:port[,host:port...] of your Kafka" .Values.kafka.bootstrap -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The replication factor of created topics: 1 on the embedded Kafka's one broker. */}}
+{{- define "gpuwatch.kafkaReplicationFactor" -}}
+{{- if .Values.kafka.embedded.enabled -}}1{{- else -}}{{ .Values.kafka.replicationFactor }}{{- end -}}
+{{- end -}}
+
+{{/* The Redis sink's Redis URL when it is no secret: the embedded Redis's Service, or redis.url. */}}
+{{- define "gpuwatch.redisUrl" -}}
+{{- if .Values.redis.embedded.enabled -}}
+{{- printf "redis://%s:6379/0" (include "gpuwatch.componentName" (dict "root" . "component" "redis")) -}}
+{{- else -}}
+{{- .Values.redis.url -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 Checks of values that would otherwise fail late, in a pod: secrets in plain values,
 more workers or sinks than partitions.
 */}}
 {{- define "gpuwatch.validate" -}}
 {{- $secretVars := list "GPUWATCH_REDIS_URL" "GPUWATCH_KAFKA_SASL_PASSWORD" -}}
-{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_SINK_EXPORTER_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" "GPUWATCH_CLUSTER" -}}
+{{- $managed := list "GPUWATCH_KAFKA_BOOTSTRAP" "GPUWATCH_TOPIC_PREFIX" "GPUWATCH_APP_ID" "GPUWATCH_KAFKA_PARTITIONS" "GPUWATCH_KAFKA_REPLICATION_FACTOR" "GPUWATCH_KAFKA_SECURITY_PROTOCOL" "GPUWATCH_KAFKA_SASL_MECHANISM" "GPUWATCH_KAFKA_SASL_USERNAME" "GPUWATCH_KAFKA_SSL_CAFILE" "GPUWATCH_KAFKA_SSL_CERTFILE" "GPUWATCH_KAFKA_SSL_KEYFILE" "GPUWATCH_METRICS_BIND" "GPUWATCH_PRICES" "GPUWATCH_METRICS_PORT" "GPUWATCH_AGENT_METRICS_PORT" "GPUWATCH_WATCHER_METRICS_PORT" "GPUWATCH_SINK_METRICS_PORT" "GPUWATCH_SINK_EXPORTER_PORT" "GPUWATCH_NODE_NAME" "GPUWATCH_AGENT_INTERVAL_S" "GPUWATCH_KUBELET_SOCKET" "GPUWATCH_POD_LOGS_DIR" "GPUWATCH_CLUSTER" -}}
 {{- range $name, $_ := .Values.settings -}}
 {{- if not (hasPrefix "GPUWATCH_" $name) -}}
 {{- fail (printf "settings.%s: only GPUWATCH_* settings go here (the extraEnv of a component takes other variables)" $name) -}}
@@ -86,6 +109,9 @@ more workers or sinks than partitions.
 {{- if and .Values.kafka.sasl.enabled (not .Values.kafka.sasl.passwordSecret.name) -}}
 {{- fail "kafka.sasl.enabled needs kafka.sasl.passwordSecret.name (a Secret with the password)" -}}
 {{- end -}}
+{{- include "gpuwatch.validateEmbedded" . -}}
+{{- include "gpuwatch.validateStrimzi" . -}}
+{{- include "gpuwatch.validateNetwork" . -}}
 {{- if gt (int .Values.worker.replicas) (int .Values.kafka.partitions) -}}
 {{- fail (printf "worker.replicas (%d) exceeds kafka.partitions (%d): the extra workers would get no partition" (int .Values.worker.replicas) (int .Values.kafka.partitions)) -}}
 {{- end -}}
@@ -116,7 +142,7 @@ and needs no prices.
 {{- $prices := .prices -}}
 {{- with .root -}}
 - name: GPUWATCH_KAFKA_BOOTSTRAP
-  value: {{ required "kafka.bootstrap is required" .Values.kafka.bootstrap | quote }}
+  value: {{ include "gpuwatch.kafkaBootstrap" . | quote }}
 - name: GPUWATCH_TOPIC_PREFIX
   value: {{ .Values.kafka.topicPrefix | quote }}
 - name: GPUWATCH_APP_ID
@@ -124,7 +150,7 @@ and needs no prices.
 - name: GPUWATCH_KAFKA_PARTITIONS
   value: {{ .Values.kafka.partitions | quote }}
 - name: GPUWATCH_KAFKA_REPLICATION_FACTOR
-  value: {{ .Values.kafka.replicationFactor | quote }}
+  value: {{ include "gpuwatch.kafkaReplicationFactor" . | quote }}
 - name: GPUWATCH_KAFKA_SECURITY_PROTOCOL
   value: {{ include "gpuwatch.kafkaProtocol" . | quote }}
 {{- if .Values.kafka.sasl.enabled }}
@@ -142,6 +168,14 @@ and needs no prices.
 - name: GPUWATCH_KAFKA_SSL_CAFILE
   value: {{ printf "/etc/gpuwatch/kafka-ca/%s" .Values.kafka.tls.caSecret.key | quote }}
 {{- end }}
+{{- with .Values.kafka.tls.clientCertSecret }}
+{{- if .name }}
+- name: GPUWATCH_KAFKA_SSL_CERTFILE
+  value: {{ printf "/etc/gpuwatch/kafka-client/%s" .certKey | quote }}
+- name: GPUWATCH_KAFKA_SSL_KEYFILE
+  value: {{ printf "/etc/gpuwatch/kafka-client/%s" .keyKey | quote }}
+{{- end }}
+{{- end }}
 - name: GPUWATCH_METRICS_BIND
   value: {{ .Values.metrics.bind | quote }}
 {{- if and $prices .Values.prices }}
@@ -155,16 +189,16 @@ and needs no prices.
 {{- end -}}
 {{- end -}}
 
-{{/* The Redis sink's Redis URL: from a Secret, or the plain value. */}}
+{{/* The Redis sink's Redis URL: from a Secret, or the plain value (gpuwatch.redisUrl). */}}
 {{- define "gpuwatch.redisEnv" -}}
 - name: GPUWATCH_REDIS_URL
-{{- if .Values.redis.existingSecret.name }}
+{{- if and (not .Values.redis.embedded.enabled) .Values.redis.existingSecret.name }}
   valueFrom:
     secretKeyRef:
       name: {{ .Values.redis.existingSecret.name | quote }}
       key: {{ .Values.redis.existingSecret.key | quote }}
 {{- else }}
-  value: {{ .Values.redis.url | quote }}
+  value: {{ include "gpuwatch.redisUrl" . | quote }}
 {{- end }}
 {{- end -}}
 
@@ -177,6 +211,11 @@ and needs no prices.
 {{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
 - name: kafka-ca
   mountPath: /etc/gpuwatch/kafka-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.clientCertSecret.name }}
+- name: kafka-client
+  mountPath: /etc/gpuwatch/kafka-client
   readOnly: true
 {{- end }}
 {{- if and $prices .Values.prices }}
@@ -200,6 +239,18 @@ and needs no prices.
     items:
       - key: {{ .Values.kafka.tls.caSecret.key | quote }}
         path: {{ .Values.kafka.tls.caSecret.key | quote }}
+{{- end }}
+{{- with .Values.kafka.tls.clientCertSecret }}
+{{- if .name }}
+- name: kafka-client
+  secret:
+    secretName: {{ .name | quote }}
+    items:
+      - key: {{ .certKey | quote }}
+        path: {{ .certKey | quote }}
+      - key: {{ .keyKey | quote }}
+        path: {{ .keyKey | quote }}
+{{- end }}
 {{- end }}
 {{- if and $prices .Values.prices }}
 - name: prices
