@@ -1,5 +1,9 @@
 """Fixtures of the watcher's integration tests: the test API server, a kubeconfig for it,
-topics of the test's own, a consumer, the JSON Schemas."""
+topics of the test's own, a consumer, the JSON Schemas.
+
+test_k8s_watcher_kafka.py keeps the in-process test server: it cuts watches and compacts
+on cue, and reads the server's request log. test_k8s_watcher_real.py runs the command
+against the real kube-apiserver of the local stack as its own service account."""
 
 from __future__ import annotations
 

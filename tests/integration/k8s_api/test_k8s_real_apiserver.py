@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import ApiException
 from support.apiservers import LiveApiServer
 from support.kube import RBAC, controlled
 
-from producers.k8s.api import Collection, Expired
+from producers.k8s.api import ApiError, Collection, Expired
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
 from producers.simulate.kube import manifests as m
@@ -185,9 +184,16 @@ def test_the_watchers_rbac_is_enough_and_no_more(real: LiveApiServer, wait: Any)
             ("DELETE", "/api/v1/namespaces/ml/pods/w"),
             ("PATCH", "/api/v1/nodes/n1"),
         ):
-            with pytest.raises(ApiException) as denied:
+            with pytest.raises(ApiError) as denied:
                 real.request(method, path, {}, token=token)
             assert denied.value.status == 403, (method, path)
     finally:
         watcher.stop()
         api.close()
+        # Cluster-scoped: a later install of the chart must not find them.
+        for path in (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/gpuwatch-k8s-watcher",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/gpuwatch-k8s-watcher",
+            "/api/v1/namespaces/gpuwatch/serviceaccounts/gpuwatch-k8s-watcher",
+        ):
+            real.request("DELETE", path)
