@@ -30,7 +30,10 @@ def add_parser(verbs: Any) -> None:
         "GPUWATCH_QUEUED_ALERT_AFTER_S=180, GPUWATCH_IDLE_ALERT_AFTER_S=60) unless they are "
         "set. Logs go to the stack's log directory (demo-worker.log, demo-sink.log, "
         "demo-metrics.log, demo-simulate.log). --clusters a,b runs one simulated cluster per "
-        "name into the same pipeline (demo-simulate-a.log, ...).",
+        "name into the same pipeline (demo-simulate-a.log, ...). --kube runs the stack's "
+        "Kubernetes API server too and the simulated cluster on it (`gpuwatch simulate "
+        "--kube`): the real watcher watches a real kube-apiserver, and the demo prints the "
+        "kubeconfig to watch the pods with kubectl.",
     )
     add_scenario(demo, "simulated cluster: small, fleet, incident or a YAML file (default: small)")
     add_speed(demo, "simulated time runs FACTOR times faster than wall time (default: 1)")
@@ -42,6 +45,14 @@ def add_parser(verbs: Any) -> None:
         metavar="NAME,NAME",
         help="simulate several clusters into one pipeline, each the scenario with the same "
         "node and pod names (see them apart with `gpuwatch top`, one with `--cluster NAME`)",
+    )
+    add_flag(
+        demo,
+        "--kube",
+        "the simulated cluster on the stack's kube-apiserver (`gpuwatch stack up --kube`; "
+        "built once, minutes), for kubectl to see; one cluster only. Simulated time then "
+        "starts now whatever --speed (the server stamps pods' creation with its wall clock), "
+        "and a pod that was running before the start shows as created and started then",
     )
     add_flag(demo, "--no-ui", "no live view: wait, then print `gpuwatch top --once` at the end")
     add_flag(
@@ -69,6 +80,11 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.speed <= 0 or (args.demo_duration is not None and args.demo_duration <= 0):
         raise UserFacingError("demo: --speed and --duration must be positive")
+    if args.kube and args.clusters:
+        raise UserFacingError(
+            "demo: --kube takes one simulated cluster: on one API server the clusters' pods "
+            "would have the same names"
+        )
     options = demo.DemoOptions(
         scenario=args.scenario,
         speed=args.speed,
@@ -76,6 +92,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         ui=not args.no_ui,
         keep_stack=args.keep_stack,
         clusters=args.clusters,
+        kube=args.kube,
     )
     try:
         return demo.run(settings, options, sys.stdout, progress)

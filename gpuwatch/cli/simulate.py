@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from gpuwatch.cli.common import UserFacingError, daemon_logging
+from gpuwatch.cli.common import UserFacingError, daemon_logging, progress
 from gpuwatch.cli.options import (
     add_cluster,
     add_duration,
@@ -24,7 +24,8 @@ DESCRIPTION = (
     "Simulate a Kubernetes GPU cluster from a scenario file and run the real "
     "producers against it: every simulated node's node agent (simulated GPUs whose "
     "processes and kubelet allocations follow the pods) publishes to nvml.samples, and "
-    "the Kubernetes watcher, watching an in-process API server, publishes pod and node "
+    "the Kubernetes watcher, watching an in-process API server (with --kube: the local "
+    "stack's kube-apiserver), publishes pod and node "
     "changes to k8s.pods and k8s.nodes. Pods are created, scheduled (or left Pending, "
     "Unschedulable), pull, run, complete, get OOMKilled or crash-loop at the times the "
     "scenario gives. Event time starts at --epoch (default: now) and advances by the "
@@ -41,6 +42,17 @@ DESCRIPTION = (
     "under two clusters. "
     "The topics must exist (`gpuwatch topics create`). SIGTERM or Ctrl-C stops it; a "
     "summary of what was published and where each pod ended is printed."
+)
+KUBE_HELP = (
+    "write the simulated cluster to the local stack's kube-apiserver (starting the stack "
+    "with it, `gpuwatch stack up --kube`, unless it runs) and watch it there, playing the "
+    "scheduler and the kubelet; the command prints the kubeconfig for `kubectl get pods -A "
+    "-w`. Its objects are labelled app.kubernetes.io/managed-by=gpuwatch-simulate and stay "
+    "after the run; the next run deletes them, and nothing else, first. The server picks "
+    "uids and stamps creation times with its wall clock: a pod the scenario created before "
+    "the start shows as created when the simulation wrote it, and its status times from "
+    "before then (a start, a transition) as that time; later times are the simulation's "
+    "own (so leave --epoch at now). One simulation at a time per API server."
 )
 
 
@@ -78,6 +90,7 @@ def add_parser(verbs: Any) -> None:
         "simulated seconds between samples (env: GPUWATCH_AGENT_INTERVAL_S, default 1.0)",
     )
     add_cluster(simulate)
+    add_flag(simulate, "--kube", KUBE_HELP)
     add_flag(simulate, "--no-topic-check", "do not check that the topics exist before starting")
     add_flag(
         simulate,
@@ -110,9 +123,10 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
         epoch_s=epoch,
         check_topics=not args.no_topic_check,
         metrics=not args.no_metrics,
+        kube=args.kube,
     )
     try:
-        return simulate.run(with_cluster(settings, args), options)
+        return simulate.run(with_cluster(settings, args), options, progress)
     except simulate.SimulateMetricsError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 2

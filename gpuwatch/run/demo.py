@@ -4,7 +4,8 @@ Starts what is missing of the local stack, creates the topics, runs the worker a
 simulated cluster (`gpuwatch simulate`) as child processes with their logs in the stack's
 log directory, and shows `gpuwatch top` until Ctrl-C or `--duration`. Then it stops the
 children it started (SIGTERM, then SIGKILL after a grace period) and the stack if it
-started it, and says where everything was.
+started it, and says where everything was. With `kube`, the stack runs its kube-apiserver
+too and the simulated cluster lives there (`gpuwatch simulate --kube`), for kubectl to see.
 
 However it ends, nothing it started outlives it: SIGTERM and SIGHUP end it as Ctrl-C
 does; an output nobody reads any more (`gpuwatch demo | tee demo.log`, the `tee` gone
@@ -31,6 +32,7 @@ from typing import TextIO, cast
 
 from gpuwatch import kafka
 from gpuwatch.run.lifetime import PARENT_ENV
+from gpuwatch.stack import kube as stack_kube
 from gpuwatch.stack import manager
 from gpuwatch.stack.service import StackPaths
 from gpuwatch.top.live import TopOptions, TopUnavailable
@@ -72,6 +74,9 @@ class DemoOptions:
     """Simulated clusters, each its own `gpuwatch simulate --cluster NAME` with the same
     scenario (the same node and pod names, uids and GPU uuids of its own); none: one
     simulated cluster of the settings' cluster."""
+    kube: bool = False
+    """The stack with its kube-apiserver, and the simulated cluster written to it (one
+    cluster: several would write the same pods)."""
 
 
 @dataclass
@@ -105,7 +110,9 @@ def epoch_for(options: DemoOptions, now: float) -> float:
     Faster than real time, the simulation starts in the past so that its event time meets
     the wall clock at the end of the run (an hour when it has no end), so ages and lags
     read naturally and event time does not run far ahead of the clock; at speed 1 it
-    starts now.
+    starts now. (On a real API server, `kube`, the simulator is given none: it starts
+    when the simulator does, as the server stamps a pod's creation with its wall clock
+    and a pod's start must not come before it.)
     """
     if options.speed <= 1:
         return now
@@ -113,8 +120,9 @@ def epoch_for(options: DemoOptions, now: float) -> float:
     return now - (options.speed - 1) * horizon
 
 
-def where_to_look(settings: Settings, logs: Path) -> str:
-    """What the user can open while the demo runs."""
+def where_to_look(settings: Settings, logs: Path, *, kube: bool = False) -> str:
+    """What the user can open while the demo runs (`kube`: kubectl on the stack's API
+    server too)."""
     prom = f"http://127.0.0.1:{settings.stack.prometheus_port}"
     prefix = "gpuwatch:"
     return "\n".join(
@@ -131,11 +139,21 @@ def where_to_look(settings: Settings, logs: Path) -> str:
             f" :{settings.sink.metrics_port} (Redis sink), :{settings.agent.metrics_port} (node"
             f" agents), :{settings.watcher.metrics_port} (watcher)",
             "  Live view    gpuwatch top   (another terminal; `--once` prints and exits)",
+            *(_kubectl(settings) if kube else []),
             f"  Logs         {logs}/demo-worker.log  {logs}/demo-sink.log"
             f"  {logs}/demo-metrics.log  {logs}/demo-simulate*.log",
             "Ctrl-C stops the demo.",
         ]
     )
+
+
+def _kubectl(settings: Settings) -> list[str]:
+    config = stack_kube.admin_kubeconfig(settings)
+    return [
+        f"  Kubernetes   kubectl --kubeconfig {config} get pods -A -w",
+        f"    the simulated cluster on the stack's kube-apiserver {stack_kube.api_url(settings)}"
+        " (its pods, nodes, ReplicaSets and Jobs)",
+    ]
 
 
 class Viewer(io.TextIOBase):
@@ -214,8 +232,11 @@ def _run(
     settings: Settings, options: DemoOptions, out: TextIO, progress: Callable[[str], None]
 ) -> int:
     before = {s.name for s in manager.status(settings) if s.healthy}
-    progress("starting the local stack (the first run downloads Kafka, about 100 MB)")
-    statuses = manager.up(settings, progress)
+    progress(
+        "starting the local stack (the first run downloads Kafka, about 100 MB"
+        + (", and builds the kube-apiserver, minutes)" if options.kube else ")")
+    )
+    statuses = manager.up(settings, progress, kube=options.kube)
     bad = [s for s in statuses if not s.healthy]
     if bad:
         raise DemoError(
@@ -229,7 +250,7 @@ def _run(
             raise DemoError("topics not created:\n" + kafka.format_report(report))
         logs = StackPaths.of(settings.stack.state_dir).root / "logs"
         with children(settings, options, logs, progress) as running:
-            out.write(where_to_look(settings, logs) + "\n")
+            out.write(where_to_look(settings, logs, kube=options.kube) + "\n")
             out.flush()
             return _show(settings, options, running, out)
     finally:
@@ -247,7 +268,10 @@ def children(
     env = demo_env(settings)
     exe = [sys.executable, "-m", "gpuwatch.cli"]
     sim = [*exe, "simulate", "--scenario", options.scenario, "--speed", f"{options.speed:g}"]
-    sim += ["--epoch", f"{epoch_for(options, time.time()):.3f}"]
+    if options.kube:
+        sim += ["--kube"]  # event time starts when it does: see epoch_for
+    else:
+        sim += ["--epoch", f"{epoch_for(options, time.time()):.3f}"]
     # The first simulated cluster serves the agents' and the watcher's /metrics on their
     # ports; the others would want the same ports.
     sims = [

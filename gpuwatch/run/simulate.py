@@ -1,5 +1,5 @@
 """Wires `gpuwatch simulate`: a scenario, its overrides, the topics check, /metrics, signals,
-summary.
+summary; with `--kube`, the local stack's kube-apiserver as the simulated cluster's API.
 
 From Python (`gpuwatch demo`): `load(...)` a scenario, then `run_simulation(settings,
 scenario, speed=..., duration_s=..., stop_event=...)` in the foreground or
@@ -11,10 +11,16 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
 
+from gpuwatch.stack import kube, manager
+from gpuwatch.stack.service import StackError
+from producers.k8s.api import ApiError
+from producers.k8s.client import K8sConfigError
+from producers.simulate.kube.live import SIMULATOR_LABELS, LiveApiServer
 from producers.simulate.metrics import MetricsPortError
 from producers.simulate.runner import (
     SimulationHandle,
@@ -34,12 +40,14 @@ from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
 
 __all__ = [
     "ScenarioError",
+    "SimulateKubeError",
     "SimulateMetricsError",
     "SimulateOptions",
     "SimulateStartError",
     "SimulationHandle",
     "SimulationSummary",
     "format_summary",
+    "kube_api",
     "load",
     "parse_epoch",
     "run",
@@ -55,6 +63,11 @@ PODS_LISTED = 40  # the summary names each pod up to this many, else counts by s
 
 class SimulateStartError(Exception):
     """The simulation cannot start (bad scenario, topics missing); the message says why."""
+
+
+class SimulateKubeError(SimulateStartError):
+    """The local stack's API server (`--kube`) cannot be started, reached, or refused a
+    write; the message says which."""
 
 
 class SimulateMetricsError(SimulateStartError):
@@ -77,6 +90,9 @@ class SimulateOptions:
     check_topics: bool = True
     metrics: bool = True
     """Serve the agents' and the watcher's /metrics on their settings' ports."""
+    kube: bool = False
+    """Write the simulated cluster to the local stack's kube-apiserver and watch it there,
+    instead of the in-process API server."""
 
 
 def load(ref: str, **overrides: int | None) -> Scenario:
@@ -116,6 +132,25 @@ def _check_topics(settings: Settings) -> None:
         )
 
 
+def kube_api(settings: Settings, progress: Callable[[str], None]) -> LiveApiServer:
+    """The local stack's kube-apiserver (the stack started with it, unless it runs), as
+    the simulator writes to it: its admin, every object labelled `SIMULATOR_LABELS`.
+    SimulateKubeError if it does not come up."""
+    try:
+        statuses = manager.up(settings, progress, kube=True)
+    except StackError as exc:
+        raise SimulateKubeError(f"the stack's API server cannot start: {exc}") from exc
+    down = [f"{s.name}: {s.detail}" for s in statuses if not s.healthy]
+    if down:
+        raise SimulateKubeError("the stack did not come up: " + ", ".join(down))
+    try:
+        return LiveApiServer(
+            kube.api_url(settings), kube.admin_kubeconfig(settings), labels=SIMULATOR_LABELS
+        )
+    except K8sConfigError as exc:
+        raise SimulateKubeError(str(exc)) from exc
+
+
 def format_summary(summary: SimulationSummary) -> str:
     """The summary for a terminal."""
     simulated = (summary.end_ms - summary.epoch_ms) / 1000
@@ -140,8 +175,14 @@ def format_summary(summary: SimulationSummary) -> str:
     return "\n".join(lines)
 
 
-def run(settings: Settings, options: SimulateOptions) -> int:
-    """Simulate until the duration ends or SIGTERM/SIGINT; print the summary."""
+def run(
+    settings: Settings,
+    options: SimulateOptions,
+    progress: Callable[[str], None] = lambda message: None,
+) -> int:
+    """Simulate until the duration ends or SIGTERM/SIGINT; print the summary. With
+    `options.kube`, first start the stack with its API server (`progress` says how it
+    goes) and print how to watch the simulated cluster there with kubectl."""
     try:
         scenario = load(
             options.scenario,
@@ -153,6 +194,23 @@ def run(settings: Settings, options: SimulateOptions) -> int:
         raise SimulateStartError(str(exc)) from exc
     if options.check_topics:
         _check_topics(settings)
+    api = kube_api(settings, progress) if options.kube else None
+    if api is not None:
+        print(
+            f"simulated cluster on the API server {api.url}; watch it with\n"
+            f"  kubectl --kubeconfig {api.kubeconfig} get pods -A -w",
+            flush=True,
+        )
+    try:
+        return _run(settings, options, scenario, api)
+    finally:
+        if api is not None:
+            api.close()
+
+
+def _run(
+    settings: Settings, options: SimulateOptions, scenario: Scenario, api: LiveApiServer | None
+) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -170,11 +228,16 @@ def run(settings: Settings, options: SimulateOptions) -> int:
             stop_event=stop,
             epoch_s=options.epoch_s,
             serve_metrics=options.metrics,
+            api=api,
         )
     except MetricsPortError as exc:
         raise SimulateMetricsError(
             f"{exc}; stop what listens there, set another port, or pass --no-metrics"
         ) from exc
+    except ApiError as exc:
+        if api is None:
+            raise
+        raise SimulateKubeError(f"the API server at {api.url} refused a write: {exc}") from exc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

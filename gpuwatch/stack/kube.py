@@ -49,6 +49,17 @@ def etcd_url(settings: Settings) -> str:
     return f"http://{HOST}:{settings.stack.etcd_port}"
 
 
+def admin_kubeconfig(settings: Settings) -> Path:
+    """The admin's kubeconfig of the stack's API server, which `stack up --kube` writes."""
+    home = StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver")
+    return KubeCredentials.of(home).kubeconfig
+
+
+def api_url(settings: Settings) -> str:
+    """The URL of the stack's API server."""
+    return f"https://{HOST}:{settings.stack.kube_port}"
+
+
 class EtcdService(LocalService):
     """Checks, prepares and probes the local etcd of one state directory (a cluster of one)."""
 

@@ -9,6 +9,7 @@ skipping the slow model classes.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import threading
@@ -36,15 +37,18 @@ class K8sConfigError(Exception):
     """No usable cluster configuration (no kubeconfig, unknown context, not in a pod)."""
 
 
-def connect(kubeconfig: Path | None, context: str | None) -> KubernetesApi:
+def connect(
+    kubeconfig: Path | None, context: str | None, *, host: str | None = None
+) -> KubernetesApi:
     """The API of the configured cluster: `kubeconfig` (and `context`) when given, else the
-    in-cluster service account, else `$KUBECONFIG` or ~/.kube/config."""
+    in-cluster service account, else `$KUBECONFIG` or ~/.kube/config; at `host` when given
+    instead of the configuration's server."""
     configuration = kube.Configuration()
     try:
         if kubeconfig is None and context is None:
             try:
                 kube_config.load_incluster_config(client_configuration=configuration)
-                return KubernetesApi(kube.ApiClient(configuration))
+                return KubernetesApi(kube.ApiClient(_at(configuration, host)))
             except ConfigException:
                 pass  # not in a pod: fall through to the kubeconfig
         kube_config.load_kube_config(
@@ -56,7 +60,13 @@ def connect(kubeconfig: Path | None, context: str | None) -> KubernetesApi:
     except (ConfigException, OSError, ValueError, TypeError) as exc:
         where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
         raise K8sConfigError(f"no usable Kubernetes configuration ({where}): {exc}") from exc
-    return KubernetesApi(kube.ApiClient(configuration))
+    return KubernetesApi(kube.ApiClient(_at(configuration, host)))
+
+
+def _at(configuration: Any, host: str | None) -> Any:
+    if host is not None:
+        configuration.host = host
+    return configuration
 
 
 class KubernetesApi:
@@ -81,6 +91,61 @@ class KubernetesApi:
     def close(self) -> None:
         """Release the connection pool."""
         self._api_client.close()
+
+    def another(self, *, token: str | None = None) -> KubernetesApi:
+        """A client of the same server with a connection pool of its own: as this one's
+        user, or as whoever the bearer `token` names (a service account's)."""
+        configuration = copy.deepcopy(self._api_client.configuration)
+        if token is not None:
+            configuration.api_key = {"BearerToken": f"Bearer {token}"}
+            configuration.api_key_prefix = {}
+        return KubernetesApi(kube.ApiClient(configuration))
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        token: str | None = None,
+    ) -> bytes:
+        """One request of any kind (a write, a subresource, /metrics) to `path`, as this
+        client's user or as whoever the bearer `token` names; the body of the answer.
+        ApiError for an HTTP error (Expired for 410) or no answer."""
+        configuration = self._api_client.configuration
+        auth = (
+            {"Authorization": f"Bearer {token}"}
+            if token is not None
+            else {
+                a["key"]: a["value"]
+                for a in configuration.auth_settings().values()
+                if a["in"] == "header" and a["value"]
+            }
+        )
+        headers = {"Content-Type": content_type, "Accept": "application/json", **auth}
+        what = f"{method} {path}"
+        try:
+            response = self._api_client.rest_client.request(
+                method,
+                configuration.host + path,
+                headers=headers,
+                body=body,
+                _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+            )
+            data = bytes(response.read())
+            response.response.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
+            # ApiException: the client's own words for a TLS failure (status 0).
+            raise ApiError(f"{what}: no answer: {exc!r}") from exc
+        status = int(response.status)
+        if status >= 400:
+            message = _status_message(data.decode(errors="replace"))
+            detail = f"{response.reason}: {message}" if data else str(response.reason)
+            if status == 410:
+                raise Expired(f"{what}: {detail}")
+            raise ApiError(f"{what}: HTTP {status} {detail}", status)
+        return data
 
     def list(self, collection: Collection, *, limit: int, continue_token: str | None) -> bytes:
         """One page of a consistent list."""

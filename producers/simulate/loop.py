@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from producers.agent.loop import Publish
 from producers.simulate.cluster import Change, Cluster
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.kube.cluster import KubeMirror
+from producers.simulate.kube.cluster import ApiWriter, KubeMirror
 from producers.simulate.nodes import NodeFleet
 from producers.simulate.scenario import AGENT_DOWN_S, Fault, Scenario
 from schemas.fields import DEFAULT_CLUSTER
@@ -94,7 +93,7 @@ class Simulation:
         self,
         scenario: Scenario,
         *,
-        api: FakeApiServer,
+        api: ApiWriter,
         publish_for: Callable[[str], Publish],
         interval_s: float,
         clock: SimClock,
@@ -116,6 +115,7 @@ class Simulation:
             interval_s=interval_s,
             publish_for=publish_for,
             cluster=cluster,
+            uid_of=self.mirror.uid_of,
         )
         self.ticks = 0
         self.samples = 0

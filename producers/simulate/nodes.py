@@ -48,12 +48,15 @@ class PodTable:
             self._listed = tuple(self._allocations.values())
         return self._listed
 
-    def allocate(self, spec: PodSpec, device_ids: tuple[str, ...]) -> None:
-        """A pod's container holds these devices (as the device plugin named them)."""
+    def allocate(
+        self, spec: PodSpec, device_ids: tuple[str, ...], pod_uid: str | None = None
+    ) -> None:
+        """A pod's container holds these devices (as the device plugin named them); the
+        kubelet names the pod by `pod_uid` (the API server's uid; default the spec's)."""
         if not device_ids:
             return
         self._allocations[spec.uid] = DeviceAllocation(
-            pod_uid=PodUid(spec.uid),
+            pod_uid=PodUid(pod_uid or spec.uid),
             namespace=spec.namespace,
             pod=spec.name,
             container=spec.container,
@@ -99,10 +102,13 @@ class NodeFleet:
         interval_s: float,
         publish_for: Callable[[str], Publish],
         cluster: str = DEFAULT_CLUSTER,
+        uid_of: Callable[[str], str] = str,
     ) -> None:
         """`publish_for(node)`: the publish function of that node's agent; every agent's
-        samples name `cluster`."""
+        samples name `cluster`, and a pod by `uid_of(its uid in the simulation)` (the uid
+        the API server gave it)."""
         self.epoch = epoch
+        self._uid_of = uid_of
         self.nodes: dict[str, SimNode] = {}
         self._specs: dict[str, PodSpec] = {}
         for layout in layouts:
@@ -131,7 +137,7 @@ class NodeFleet:
         elif isinstance(change, PodBound):
             spec = self._specs[change.uid]
             ids = tuple(device.id for device in change.devices)
-            self.nodes[change.node].table.allocate(spec, ids)
+            self.nodes[change.node].table.allocate(spec, ids, self._uid_of(spec.uid))
         elif isinstance(change, PodFinished | PodDeleted):
             for node in self.nodes.values():
                 node.table.release(change.uid)
@@ -150,7 +156,8 @@ class NodeFleet:
                     up_s=change.up_s,
                 )
             )
-            node.table.add_process(change.pid, change.uid, self._specs[change.uid].container)
+            container = self._specs[change.uid].container
+            node.table.add_process(change.pid, self._uid_of(change.uid), container)
         elif isinstance(change, ProcessStopped):
             node = self.nodes[change.node]
             node.reader.remove_workload(change.pid)

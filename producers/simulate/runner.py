@@ -2,6 +2,13 @@
 Kubernetes watcher (through the `kubernetes` client), the simulated nodes' real agents,
 and the real publishing path (Publisher, outbox, KafkaSender) to the three topics.
 
+Given a `LiveApiServer`, the simulation writes to a real kube-apiserver instead, and the
+watcher watches that: the objects carry `SIMULATOR_LABELS`, and an earlier run's leftovers
+(pods, ReplicaSets, Jobs, nodes with those labels, nothing else) are deleted at the
+start; what a run leaves stays for `kubectl` to look at until the next one. The server
+stamps creation times with its wall clock, so a pod the scenario created before the start
+shows as created when the simulation wrote it (`producers.simulate.kube.live`).
+
 Every node has its own Publisher (buffer and counters) over one Kafka client and one sender
 thread, and one watcher serves every namespace, so a fleet of hundreds of GPUs costs one
 process a fraction of a core at 1 Hz. With `serve_metrics`, the agents' and the watcher's
@@ -15,7 +22,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -28,6 +35,7 @@ from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from producers.kafka import KafkaSender
 from producers.simulate.kube.apiserver import FakeApiServer
+from producers.simulate.kube.live import LiveApiServer
 from producers.simulate.loop import SimClock, Simulation
 from producers.simulate.metrics import FleetAgentCollector, MetricsEndpoint
 from producers.simulate.publishing import NodePublishers
@@ -41,6 +49,7 @@ __all__ = [
     "SimulationHandle",
     "SimulationService",
     "SimulationSummary",
+    "caught_up",
     "run_simulation",
     "start_simulation",
 ]
@@ -101,6 +110,16 @@ def _kafka_senders(settings: Settings) -> SenderFactory:
     return make
 
 
+def caught_up(positions: Iterable[tuple[str, str | None]], written: Mapping[str, int]) -> bool:
+    """Whether every watch has seen the last write of its resource: each (resource, the
+    watch's resourceVersion, None before its first list) at or past `written[resource]`,
+    the resourceVersion of the last write of that resource (none written: nothing to see).
+
+    A real server cannot be asked for a bookmark: a watch reaches a version by the event
+    of that write itself, so the last write of each resource is what it waits for."""
+    return all(int(version or 0) >= written.get(resource, 0) for resource, version in positions)
+
+
 def _emitter(publisher: Publisher, spec: TopicSpec[T]) -> Callable[[T], None]:
     def emit(value: T) -> None:
         publisher.publish(spec.key_of(value).encode(), spec.encode(value))
@@ -109,7 +128,10 @@ def _emitter(publisher: Publisher, spec: TopicSpec[T]) -> Callable[[T], None]:
 
 
 class SimulationService:
-    """API server, simulated cluster, watcher and publishers together: start, run, stop."""
+    """API server, simulated cluster, watcher and publishers together: start, run, stop.
+
+    The API server is the in-process one, started and closed here, or `api`, a real one
+    that the caller closes."""
 
     def __init__(
         self,
@@ -120,6 +142,7 @@ class SimulationService:
         epoch_s: float | None = None,
         senders: SenderFactory | None = None,
         serve_metrics: bool = False,
+        api: LiveApiServer | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError(f"speed must be above 0, not {speed}")
@@ -145,7 +168,10 @@ class SimulationService:
         }
         """The watcher's publishers, by topic (short name)."""
         clock = SimClock(epoch)
-        self.api = FakeApiServer(clock=clock.time)
+        self.api: FakeApiServer | LiveApiServer = (
+            FakeApiServer(clock=clock.time) if api is None else api
+        )
+        """The API server the simulated cluster is written to."""
         self.simulation = Simulation(
             scenario,
             api=self.api,
@@ -194,18 +220,28 @@ class SimulationService:
 
     def start(self, stop: threading.Event | None = None) -> None:
         """Serve /metrics (first: a port taken stops it before anything runs; raises
-        MetricsPortError), serve the API, apply the history before the epoch, start
-        publishing and watching."""
+        MetricsPortError), serve the API (a real one: delete an earlier run's leftovers),
+        apply the history before the epoch, start publishing and watching."""
         for endpoint in self.endpoints.values():
             endpoint.start()
-        self.api.start()
-        self._started = True
+        api = self.api
+        if isinstance(api, FakeApiServer):
+            api.start()
+            self._started = True
+            self._kube = kube = KubernetesApi.for_host(api.url)
+        else:
+            removed = api.remove_leftovers()
+            log.info(
+                "writing to a real API server url=%s removed_leftovers=%s",
+                api.url,
+                ",".join(f"{r}:{n}" for r, n in removed.items()) or "none",
+            )
+            self._kube = kube = api.client()
         self.simulation.prepare()
         self.samples.start()
         for publisher in self.publishers.values():
             publisher.start()
-        self._kube = KubernetesApi.for_host(self.api.url)
-        self.watcher = self.watcher_over(self._kube)
+        self.watcher = self.watcher_over(kube)
         if "watcher" in self.endpoints:
             self.endpoints["watcher"].registry.register(
                 WatcherCollector(self.watcher.watches, self.watcher.owners.stats, self.publishers)
@@ -219,7 +255,7 @@ class SimulationService:
             log.warning("watcher not synced after %.0f s, simulating anyway", SYNC_TIMEOUT_S)
 
     def watcher_over(self, api: KubeApi) -> K8sWatcher:
-        """The real watcher over `api` (in `start`, the in-process API server's client): one
+        """The real watcher over `api` (in `start`, the API server's client): one
         cluster-wide watch, event time from the simulation's clock, every message naming
         the settings' cluster, published to the watcher's publishers."""
         return K8sWatcher(
@@ -236,28 +272,42 @@ class SimulationService:
         watcher = self.watcher
         if watcher is None:
             return True
+        if isinstance(self.api, LiveApiServer):
+            positions = ((w.collection.resource, w.resource_version) for w in watcher.watches)
+            return caught_up(positions, self.api.written)
         latest = int(self.api.resource_version)
         return all(int(w.resource_version or 0) >= latest for w in watcher.watches)
 
     def stop(self) -> None:
-        """Let the watcher catch up, stop it, flush the publishers, close the API server and
-        the /metrics endpoints."""
+        """Let the watcher catch up, stop it, flush the publishers, close the in-process API
+        server and the /metrics endpoints."""
         if self.watcher is not None:
-            self.api.bookmark()  # moves every watch to the latest resourceVersion
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S
-            while not self._drained() and time.monotonic() < deadline:
-                time.sleep(0.02)
-                self.api.bookmark()
+            self._drain()
             self.watcher.stop()
         self.samples.stop(timeout_s=FLUSH_TIMEOUT_S)
         for publisher in self.publishers.values():
             publisher.stop(timeout_s=FLUSH_TIMEOUT_S)
         if self._kube is not None:
             self._kube.close()
-        if self._started:
+        if isinstance(self.api, FakeApiServer) and self._started:
             self.api.close()
         for endpoint in self.endpoints.values():
             endpoint.stop()
+
+    def _drain(self) -> None:
+        """Wait (up to DRAIN_TIMEOUT_S) until the watcher has seen every write: the
+        in-process server moves every watch to its latest resourceVersion with a bookmark
+        on demand; a real one's watches get there by the events of the last writes."""
+        fake = self.api if isinstance(self.api, FakeApiServer) else None
+        if fake is not None:
+            fake.bookmark()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not (drained := self._drained()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            if fake is not None:
+                fake.bookmark()
+        if not drained:
+            log.warning("watcher stopped before it saw every change timeout_s=%g", DRAIN_TIMEOUT_S)
 
     def summary(self, *, wall_s: float, cpu_s: float) -> SimulationSummary:
         """The summary as things stand."""
@@ -321,6 +371,7 @@ def run_simulation(
     until_s: float | None = None,
     senders: SenderFactory | None = None,
     serve_metrics: bool = False,
+    api: LiveApiServer | None = None,
 ) -> SimulationSummary:
     """Run `scenario` until `stop_event` is set, `duration_s` wall seconds pass, or event
     time reaches `until_s` simulated seconds after the epoch.
@@ -330,7 +381,9 @@ def run_simulation(
     watcher) to k8s.pods and k8s.nodes, under the settings' topic prefix; the topics must
     exist. `senders` replaces the Kafka clients (tests). `serve_metrics` serves the agents'
     and the watcher's /metrics on `settings.agent.metrics_port` and
-    `settings.watcher.metrics_port` (MetricsPortError if one is taken).
+    `settings.watcher.metrics_port` (MetricsPortError if one is taken). `api`: a real API
+    server to write the cluster to and watch (left open), instead of the in-process one;
+    ApiError if it refuses a write.
     """
     stop = stop_event or threading.Event()
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -341,6 +394,7 @@ def run_simulation(
         epoch_s=epoch_s,
         senders=senders,
         serve_metrics=serve_metrics,
+        api=api,
     )
     log.info(
         "simulation starting cluster=%s scenario=%s seed=%d nodes=%d speed=%g interval_s=%g "
@@ -423,6 +477,7 @@ def start_simulation(
     until_s: float | None = None,
     senders: SenderFactory | None = None,
     serve_metrics: bool = False,
+    api: LiveApiServer | None = None,
 ) -> SimulationHandle:
     """`run_simulation` on a background thread (until `stop()` or `duration_s`)."""
 
@@ -437,6 +492,7 @@ def start_simulation(
             until_s=until_s,
             senders=senders,
             serve_metrics=serve_metrics,
+            api=api,
         )
 
     return SimulationHandle(target).start()

@@ -1,13 +1,9 @@
 """The real Kubernetes API server of the local stack (`gpuwatch stack up --kube`), driven
 as the in-process test API server is: create, update, delete, compact, count watches.
 
-Where the test server stores whatever it is given, the real one has its own rules, and
-`LiveApiServer` goes through them as the cluster's own components would: an object is
-created without its status, which is then written through the status subresource (as
-the kubelet and the node controller do); a pod is bound through the binding subresource
-(the scheduler's way); `metadata.deletionTimestamp` comes from a delete with a grace
-period (no kubelet ever confirms it); other deletes have a grace period of 0. The server
-sets uids, creation times and resource versions itself.
+The writing is the product's (`producers.simulate.kube.live.LiveApiServer`: statuses
+through the status subresource, pods bound through the binding subresource, deletes with
+a grace period of 0); what only tests do is added here.
 
 Compaction is etcd's own, through its JSON gateway. A server with the watch cache (the
 stack's, as every cluster runs) serves watches from memory and never shows a client a
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import json
 import os
 import secrets
@@ -29,7 +24,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +35,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.stack import kube, manager
 from gpuwatch.stack.service import StackPaths
+from producers.k8s.api import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import RESOURCES
+from producers.simulate.kube.live import LiveApiServer as ApiServerWriter
 from schemas.settings import Settings
 
 Obj = dict[str, Any]
@@ -49,7 +46,6 @@ Obj = dict[str, Any]
 # Every namespace a test may use; they are created once (nothing deletes a namespace:
 # without a controller manager its deletion never finishes).
 NAMESPACES = ("default", "ml", "web", "research", "serving", "gpuwatch")
-_SYSTEM = {"creationTimestamp", "uid", "resourceVersion", "managedFields", "generation"}
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -61,42 +57,26 @@ def stack_up(settings: Settings) -> kube.KubeCredentials:
     )
 
 
-class LiveApiServer:
-    """A real API server, written to as the admin, with the test server's methods."""
+class LiveApiServer(ApiServerWriter):
+    """The product's writer of a real API server, with what only tests do: compact etcd,
+    count watches, empty the server, apply any object, act as a service account."""
 
     def __init__(self, url: str, kubeconfig: Path, etcd_url: str) -> None:
-        self.url = url
-        self.kubeconfig = kubeconfig
+        super().__init__(url, kubeconfig)
         self.etcd_url = etcd_url
-        configuration = kube_client.Configuration()
-        kube_config.load_kube_config(
-            config_file=str(kubeconfig), client_configuration=configuration
-        )
-        configuration.host = url
-        self._api = kube_client.ApiClient(configuration)
-        self._namespaces: set[str] = set()
         self._metrics = ""
         self._metrics_at = -1.0
         self._baseline: dict[str | None, int] = {}
-
-    def close(self) -> None:
-        self._api.close()
-
-    def client(self) -> KubernetesApi:
-        """The watcher's client of this server, as the admin."""
-        return KubernetesApi(kube_client.ApiClient(self._api.configuration))
+        self._dynamic: DynamicClient | None = None
 
     def client_as(self, token: str) -> KubernetesApi:
         """The watcher's client of this server, as whoever `token` names."""
-        configuration = copy.deepcopy(self._api.configuration)
-        configuration.api_key = {"BearerToken": f"Bearer {token}"}
-        configuration.api_key_prefix = {}
-        return KubernetesApi(kube_client.ApiClient(configuration))
+        return self._kube.another(token=token)
 
     def apply(self, document: Obj, *, dry_run: bool = False) -> Obj:
         """Server-side apply of any object (its kind found by discovery), as
         `kubectl apply --server-side [--dry-run=server]` does; the answer."""
-        dynamic = DynamicClient(self._api)
+        dynamic = self._dynamic_client()
         resource = dynamic.resources.get(api_version=document["apiVersion"], kind=document["kind"])
         meta = document["metadata"]
         namespace = meta.get("namespace") or ("default" if resource.namespaced else None)
@@ -114,6 +94,21 @@ class LiveApiServer:
         found: Obj = applied.to_dict()
         return found
 
+    def _dynamic_client(self) -> DynamicClient:
+        if self._dynamic is None:
+            configuration = kube_client.Configuration()
+            kube_config.load_kube_config(
+                config_file=str(self.kubeconfig), client_configuration=configuration
+            )
+            configuration.host = self.url
+            self._dynamic = DynamicClient(kube_client.ApiClient(configuration))
+        return self._dynamic
+
+    def close(self) -> None:
+        if self._dynamic is not None:
+            self._dynamic.client.close()
+        super().close()
+
     def service_account_token(self, namespace: str, name: str) -> str:
         """A token of the service account from the TokenRequest API (10 minutes)."""
         body = {
@@ -125,8 +120,6 @@ class LiveApiServer:
         answer: Obj = self.request("POST", path, body)
         return str(answer["status"]["token"])
 
-    # ---- requests --------------------------------------------------------------------
-
     def request(
         self,
         method: str,
@@ -137,116 +130,12 @@ class LiveApiServer:
         token: str | None = None,
     ) -> Any:
         """One request (as the admin, or as whoever `token` names); the decoded answer. An
-        ApiException for an HTTP error."""
-        auth = {"Authorization": f"Bearer {token}"} if token else self._auth()
-        headers = {"Content-Type": content_type, "Accept": "application/json", **auth}
-        data = self._call(method, path, headers, body)
+        ApiError for an HTTP error."""
+        data = self._kube.call(method, path, body, content_type=content_type, token=token)
         return json.loads(data) if data else None
 
-    def _call(self, method: str, path: str, headers: dict[str, str], body: Any = None) -> bytes:
-        response = self._api.rest_client.request(method, self.url + path, headers, body)
-        data: bytes = response.read()
-        if response.status >= 400:
-            error = kube_client.ApiException(status=response.status, reason=response.reason)
-            error.body = data.decode(errors="replace")
-            raise error
-        return data
-
-    def _auth(self) -> dict[str, str]:
-        settings = self._api.configuration.auth_settings().values()
-        return {a["key"]: a["value"] for a in settings if a["in"] == "header" and a["value"]}
-
-    def _path(self, resource: str, namespace: str | None, name: str | None = None) -> str:
-        kind = RESOURCES[resource]
-        where = f"/namespaces/{namespace or 'default'}" if kind.namespaced else ""
-        return f"{kind.prefix}{where}/{resource}" + (f"/{name}" if name else "")
-
-    # ---- the test server's methods -----------------------------------------------------
-
-    def create(self, resource: str, obj: Obj) -> Obj:
-        """Create the object, then write its status (a kubelet's or a controller's)."""
-        kind = RESOURCES[resource]
-        body = json.loads(json.dumps(obj))
-        meta = body.setdefault("metadata", {})
-        namespace = meta.get("namespace") or "default" if kind.namespaced else None
-        if namespace is not None:
-            meta["namespace"] = namespace
-            self._namespace(namespace)
-        for field in _SYSTEM:
-            meta.pop(field, None)
-        body["kind"], body["apiVersion"] = kind.kind, kind.api_version
-        status = body.pop("status", None)
-        _complete(resource, body)
-        node = body.get("spec", {}).pop("nodeName", None) if resource == "pods" else None
-        created: Obj = self.request("POST", self._path(resource, namespace), body)
-        if node:
-            created = self._bind(created, node)
-        if status and _written(created.get("status") or {}) != _written(status):
-            created = self._write_status(resource, created, status)
-        return created
-
-    def update(self, resource: str, obj: Obj) -> Obj:
-        """Bring the stored object to `obj`: labels, spec, binding, status, deletion."""
-        meta = obj["metadata"]
-        namespace = meta.get("namespace")
-        current = self.get(resource, namespace, meta["name"])
-        if current is None:
-            raise KeyError(f"{resource} {namespace}/{meta['name']} not found")
-        if resource == "pods":
-            node = obj.get("spec", {}).get("nodeName")
-            if node and not current["spec"].get("nodeName"):
-                current = self._bind(current, node)
-        elif obj.get("spec") != current.get("spec"):
-            current["spec"] = obj.get("spec")
-            current = self.request("PUT", self._path(resource, namespace, meta["name"]), current)
-        labels = meta.get("labels") or {}
-        if labels != (current["metadata"].get("labels") or {}):
-            current["metadata"]["labels"] = labels
-            current = self.request("PUT", self._path(resource, namespace, meta["name"]), current)
-        if obj.get("status") and obj["status"] != current.get("status"):
-            current = self._write_status(resource, current, obj["status"])
-        grace = meta.get("deletionGracePeriodSeconds")
-        if meta.get("deletionTimestamp") and not current["metadata"].get("deletionTimestamp"):
-            self.request(
-                "DELETE",
-                self._path(resource, namespace, meta["name"]),
-                {"gracePeriodSeconds": int(grace or 30)},
-            )
-            current = self.get(resource, namespace, meta["name"]) or current
-        return current
-
-    def modify(
-        self, resource: str, namespace: str | None, name: str, change: Callable[[Obj], None]
-    ) -> Obj:
-        """Update an object by applying `change` to a copy of it."""
-        current = self.get(resource, namespace, name)
-        if current is None:
-            raise KeyError(f"{resource} {namespace}/{name} not found")
-        change(current)
-        return self.update(resource, current)
-
-    def delete(self, resource: str, namespace: str | None, name: str) -> Obj:
-        """Delete at once (grace period 0): gone, with a DELETED event."""
-        # Background: the default of a Job would add the orphan finalizer, which only the
-        # garbage collector (not running here) removes.
-        options = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
-        found: Obj = self.request("DELETE", self._path(resource, namespace, name), options)
-        return found
-
-    def get(self, resource: str, namespace: str | None, name: str) -> Obj | None:
-        try:
-            found: Obj = self.request("GET", self._path(resource, namespace, name))
-        except kube_client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
-
-    @property
-    def resource_version(self) -> str:
-        """The latest resourceVersion: a consistent list's."""
-        listed = self.request("GET", "/api/v1/namespaces/default/pods?limit=1")
-        return str(listed["metadata"]["resourceVersion"])
+    def request_text(self, path: str) -> str:
+        return self._kube.call("GET", path).decode()
 
     def compact(self) -> int:
         """etcd's history compacted up to its current revision; the revision."""
@@ -275,9 +164,6 @@ class LiveApiServer:
                     total += sample.value
         return int(total)
 
-    def request_text(self, path: str) -> str:
-        return self._call("GET", path, self._auth()).decode()
-
     def reset(self) -> None:
         """Delete every pod, node, ReplicaSet and Job (namespaces stay)."""
         for namespace in NAMESPACES:
@@ -287,49 +173,10 @@ class LiveApiServer:
             listed = self.request("GET", f"{kind.prefix}/{resource}")
             for item in listed["items"]:
                 meta = item["metadata"]
-                with contextlib.suppress(kube_client.ApiException):
+                with contextlib.suppress(ApiError):
                     self.delete(resource, meta.get("namespace"), meta["name"])
         self._metrics_at = -1.0
         self._baseline = {r: self._watches(r) for r in (None, "pods", "nodes")}
-
-    # ---- the cluster's components' ways ---------------------------------------------
-
-    def _bind(self, pod: Obj, node: str) -> Obj:
-        meta = pod["metadata"]
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        self.request(
-            "POST", self._path("pods", meta["namespace"], meta["name"]) + "/binding", binding
-        )
-        bound = self.get("pods", meta["namespace"], meta["name"])
-        assert bound is not None
-        return bound
-
-    def _write_status(self, resource: str, current: Obj, status: Obj) -> Obj:
-        meta = current["metadata"]
-        # The server works out a pod's QoS class at creation; it cannot change.
-        status = {k: v for k, v in status.items() if k != "qosClass"}
-        if "qosClass" in current.get("status", {}):
-            status["qosClass"] = current["status"]["qosClass"]
-        body = dict(current, status=status)
-        path = self._path(resource, meta.get("namespace"), meta["name"]) + "/status"
-        written: Obj = self.request("PUT", path, body)
-        return written
-
-    def _namespace(self, name: str) -> None:
-        if name in self._namespaces:
-            return
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        try:
-            self.request("POST", "/api/v1/namespaces", body)
-        except kube_client.ApiException as exc:
-            if exc.status != 409:
-                raise
-        self._namespaces.add(name)
 
     def _etcd(self, path: str, body: Obj) -> Any:
         request = urllib.request.Request(
@@ -337,38 +184,6 @@ class LiveApiServer:
         )
         with _NO_PROXY.open(request, timeout=10) as response:
             return json.loads(response.read())
-
-
-def _complete(resource: str, body: Obj) -> None:
-    """What a real server requires that the test server's objects may leave out: a
-    container's image, a ReplicaSet's selector and template, a Job's template."""
-    if resource == "pods":
-        for container in body.get("spec", {}).get("containers", []):
-            container.setdefault("image", "busybox")
-        return
-    if resource not in ("replicasets", "jobs"):
-        return
-    spec = body.setdefault("spec", {})
-    labels = {"gpuwatch-test": body["metadata"]["name"]}
-    restart = "Always" if resource == "replicasets" else "Never"
-    spec.setdefault(
-        "template",
-        {
-            "metadata": {"labels": labels},
-            "spec": {
-                "restartPolicy": restart,
-                "containers": [{"name": "main", "image": "busybox"}],
-            },
-        },
-    )
-    if resource == "replicasets":
-        spec.setdefault("selector", {"matchLabels": labels})
-        spec.setdefault("replicas", 0)
-
-
-def _written(status: Obj) -> Obj:
-    """A status without what the server works out itself (a new pod's QoS class)."""
-    return {k: v for k, v in status.items() if k != "qosClass"}
 
 
 def _b64(text: str) -> str:

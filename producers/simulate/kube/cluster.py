@@ -1,12 +1,13 @@
 """The simulated cluster as the Kubernetes API shows it: nodes, pods and their controllers
-written to the in-process API server, one update per pod change, as the scheduler, the
-kubelet and the controllers would write them (`producers.simulate.kube.manifests`)."""
+written to the API server (the in-process one, or a real one through `LiveApiServer`), one
+update per pod change, as the scheduler, the kubelet and the controllers would write them
+(`producers.simulate.kube.manifests`)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from producers.simulate.cluster import (
     Change,
@@ -20,10 +21,10 @@ from producers.simulate.cluster import (
     PodUnschedulable,
 )
 from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer, rfc3339
+from producers.simulate.kube.apiserver import rfc3339
 from producers.simulate.topology import GPU_RESOURCE, NodeLayout
 
-__all__ = ["POOL_LABEL", "KubeMirror", "node_object", "pod_object"]
+__all__ = ["POOL_LABEL", "ApiWriter", "KubeMirror", "node_object", "pod_object"]
 
 Obj = dict[str, Any]
 
@@ -113,18 +114,35 @@ def _controller(spec: PodSpec) -> tuple[str, Obj] | None:
     return "jobs", {"metadata": meta, "spec": {"backoffLimit": 0}}
 
 
+class ApiWriter(Protocol):
+    """What the mirror writes to: `FakeApiServer` or `LiveApiServer`. Each returns the
+    object as stored."""
+
+    def create(self, resource: str, obj: Obj) -> Obj: ...
+
+    def update(self, resource: str, obj: Obj) -> Obj: ...
+
+    def delete(self, resource: str, namespace: str | None, name: str) -> Obj: ...
+
+
 class KubeMirror:
     """Writes the cluster's changes to the API server; `epoch` turns simulated seconds into
     epoch seconds."""
 
-    def __init__(self, api: FakeApiServer, epoch: float) -> None:
+    def __init__(self, api: ApiWriter, epoch: float) -> None:
         self.api = api
         self.epoch = epoch
         self._pods: dict[str, Obj] = {}
+        self._uids: dict[str, str] = {}
         self._controllers: set[tuple[str, str, str]] = set()
 
+    def uid_of(self, uid: str) -> str:
+        """The uid the API server gave the pod the simulation calls `uid`: the same on the
+        in-process server, the server's own on a real one (which picks every uid)."""
+        return self._uids.get(uid, uid)
+
     def create_nodes(self, nodes: Iterable[NodeLayout]) -> None:
-        """Every node, Ready since a week before the epoch."""
+        """Every node, Ready since `NODE_AGE_S` before the epoch."""
         for node in nodes:
             self.api.create("nodes", node_object(node, self.epoch - NODE_AGE_S))
 
@@ -155,6 +173,7 @@ class KubeMirror:
             meta = pod["metadata"]
             self.api.delete("pods", meta["namespace"], meta["name"])
             del self._pods[change.uid]
+            self._uids.pop(change.uid, None)
             return
         else:
             return
@@ -169,7 +188,9 @@ class KubeMirror:
                 self._controllers.add(key)
                 obj["metadata"]["creationTimestamp"] = rfc3339(self.epoch + spec.created_s)
                 self.api.create(resource, obj)
-        self._pods[spec.uid] = self.api.create("pods", pod_object(spec, self.epoch))
+        created = self.api.create("pods", pod_object(spec, self.epoch))
+        self._pods[spec.uid] = created
+        self._uids[spec.uid] = str(created["metadata"].get("uid") or spec.uid)
 
 
 def _backoff_message(pod: Obj, before: Obj, backoff_s: float) -> None:

@@ -103,3 +103,17 @@ def test_the_summary_says_what_was_published_and_where_pods_ended() -> None:
         "  research/b-0  Pending  (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)",
         "  research/c-0  Running",
     ]
+
+
+def test_kube_says_what_the_real_server_does_to_the_times(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert build_parser().parse_args(["simulate", "--kube"]).kube is True
+    assert build_parser().parse_args(["simulate"]).kube is False
+    monkeypatch.setenv("COLUMNS", "2000")  # no line broken at a label's hyphen
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["simulate", "--help"])
+
+    text = " ".join(capsys.readouterr().out.split())
+    assert "labelled app.kubernetes.io/managed-by=gpuwatch-simulate" in text
+    assert "stamps creation times with its wall clock" in text

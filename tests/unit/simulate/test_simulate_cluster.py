@@ -11,6 +11,7 @@ import pytest
 
 from gpuwatch.cli.main import main
 from gpuwatch.config import load_settings
+from gpuwatch.run.simulate import SimulateOptions
 from producers.agent.publisher import Done, MessageSender
 from producers.k8s.api import Collection, WatchLines
 from producers.simulate.kube.apiserver import FakeApiServer
@@ -145,18 +146,21 @@ def test_the_flag_reaches_the_simulation_over_the_environment(
     import gpuwatch.run.simulate
 
     seen: list[Settings] = []
+    kube: list[bool] = []
 
-    def run(settings: Settings, _options: object) -> int:
+    def run(settings: Settings, options: SimulateOptions, _progress: object) -> int:
         seen.append(settings)
+        kube.append(options.kube)
         return 0
 
     monkeypatch.setattr(gpuwatch.run.simulate, "run", run)
     monkeypatch.setenv("GPUWATCH_CLUSTER", "from-env")
 
     assert main(["simulate", "--no-topic-check"]) == 0
-    assert main(["simulate", "--cluster", "eu-west", "--no-topic-check"]) == 0
+    assert main(["simulate", "--cluster", "eu-west", "--no-topic-check", "--kube"]) == 0
 
     assert [s.cluster.name for s in seen] == ["from-env", "eu-west"]
+    assert kube == [False, True]
 
 
 def test_a_bad_cluster_flag_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:

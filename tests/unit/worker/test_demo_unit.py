@@ -91,3 +91,40 @@ def test_the_demos_clusters_are_checked_names() -> None:
     for bad in ("a,a", "a,b c", "a,"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["demo", "--clusters", bad])
+
+
+def test_with_kube_the_demo_says_how_to_watch_the_pods_with_kubectl(tmp_path: Path) -> None:
+    settings = Settings.model_validate({"stack": {"state_dir": str(tmp_path), "kube_port": 16999}})
+
+    text = where_to_look(settings, Path("/tmp/logs"), kube=True)
+
+    config = tmp_path / "kube-apiserver" / "kubeconfig"
+    assert f"kubectl --kubeconfig {config} get pods -A -w" in text
+    assert "https://127.0.0.1:16999" in text
+    assert "kubectl" not in where_to_look(settings, Path("/tmp/logs"))
+
+
+def test_with_kube_the_simulator_writes_to_the_stacks_api_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spawned: dict[str, list[str]] = {}
+
+    def spawn(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> Any:
+        spawned[name] = list(argv)
+
+    monkeypatch.setattr(demo, "_spawn", spawn)
+    monkeypatch.setattr(demo, "stop", lambda running: None)
+    options = DemoOptions(kube=True, speed=10.0, duration_s=60.0)
+    with demo.children(Settings(), options, tmp_path, lambda message: None):
+        pass
+    assert spawned["simulate"][-1] == "--kube"
+    assert "--kube" not in spawned["worker"]
+    # Event time starts when the simulator does, as the server's creation times do.
+    assert "--epoch" not in spawned["simulate"]
+
+
+def test_kube_takes_one_simulated_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuwatch.cli.main import main
+
+    assert main(["demo", "--kube", "--clusters", "a,b"]) == 1
+    assert "--kube takes one simulated cluster" in capsys.readouterr().err
