@@ -25,6 +25,7 @@ from kafka.errors import (
     RebalanceInProgressError,
     TopicAlreadyExistsError,
 )
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from schemas import ALL_TOPICS, POD_KEYED, TopicSpec
 from schemas.settings import KafkaSettings, Settings
@@ -116,11 +117,29 @@ def create_topic(client: KafkaAdminClient, topic: NewTopic) -> bool:
     return True
 
 
+SETTLE_S = 10.0  # how long a topic just created elsewhere may show no partitions
+
+
 def ensure_topic(client: KafkaAdminClient, topic: NewTopic) -> int:
-    """Create the topic unless it exists; the partition count it has."""
+    """Create the topic unless it exists; the partition count it has.
+
+    A topic another process has just created (two workers starting together) can be
+    described with no partitions for a moment, until the broker has them all in its
+    metadata: asked again until it has some, for SETTLE_S at most."""
     create_topic(client, topic)
-    described = client.describe_topics([topic.name])
-    return len(described[0]["partitions"])
+
+    def partitions() -> int:
+        described = client.describe_topics([topic.name])
+        return len(described[0]["partitions"])
+
+    settled = Retrying(
+        retry=retry_if_result(lambda count: count == 0),
+        stop=stop_after_delay(SETTLE_S),
+        wait=wait_fixed(0.1),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else 0,
+    )
+    count: int = settled(partitions)
+    return count
 
 
 def topic_configs(spec: TopicSpec[Any]) -> dict[str, str]:
