@@ -12,7 +12,6 @@ here. helm comes from scripts/helm.sh (built once into the cache; minutes the fi
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
@@ -21,6 +20,7 @@ import kubernetes_validate
 import msgspec
 import pytest
 import yaml
+from deploy_chart import helm_path, render, template
 from support import run_command
 
 from gpuwatch.cli import build_parser
@@ -64,23 +64,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    done = run_command([str(ROOT / "scripts" / "helm.sh"), "--path"], timeout_s=880)
-    if done.returncode == 3:
-        pytest.skip(done.stderr.strip())
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_command(
-        [helm, "template", "gw", str(CHART), "--namespace", NAMESPACE, *args], timeout_s=120
-    )
-
-
-def render(helm: str, *args: str) -> list[Object]:
-    done = template(helm, *args)
-    assert done.returncode == 0, done.stderr
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    return helm_path()
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,14 @@ tells each pod's story, through a 410 relist; and `gpuwatch k8s-watcher` as a us
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import watcher_command
 from jsonschema import Draft202012Validator
 from support import reaped
 
@@ -27,14 +23,7 @@ from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 Consume = Callable[[Settings, str], list[Any]]
-
-
-def scrape(port: int) -> str:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return bytes(response.read()).decode()
 
 
 def decoded(records: list[Any], spec: Any, validator: Draft202012Validator) -> list[Any]:
@@ -104,7 +93,7 @@ def test_pods_and_nodes_reach_kafka_valid_and_in_order_through_a_relist(
             lambda: service.publishers[K8S_NODES.name].stats.sent == 2,
             "2 node messages acknowledged",
         )
-        metrics = scrape(watcher_settings.metrics_port)
+        metrics = watcher_command.scrape(watcher_settings.metrics_port)
         assert (
             'gpuwatch_k8s_watcher_relists_total{namespace="",reason="expired",resource="pods"} 1.0'
             in metrics
@@ -159,48 +148,19 @@ def test_the_command_watches_until_sigterm_and_reports(
         "pods", m.gpu_pod("p", "ml", created=time.time(), labels={"team": "vision", "secret": "x"})
     )
     apiserver.create("pods", m.gpu_pod("q", "other", created=time.time()))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("GPUWATCH_", "KUBERNETES_"))},
-        "GPUWATCH_TOPIC_PREFIX": scoped.kafka.topic_prefix,
-        "GPUWATCH_KAFKA_BOOTSTRAP": scoped.kafka.bootstrap,
-    }
     metrics_port = free_port()
-    process = subprocess.Popen(
-        [
-            str(GPUWATCH),
-            "k8s-watcher",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            "ml",
-            "--label",
-            "team",
-            "--metrics-port",
-            str(metrics_port),
-            "--duration",
-            "120",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = watcher_command.start(kubeconfig, scoped, metrics_port)
     with reaped(process):
         wait(lambda: apiserver.open_watches("pods") == 1, "the command's pod watch")
         apiserver.modify("pods", "ml", "p", lambda o: o["status"].update(phase="Running"))
         sent = 'gpuwatch_k8s_watcher_sent_total{topic="k8s.pods"} 2.0'
-        wait(lambda: sent in scrape(metrics_port), "both pod messages acknowledged")
+        wait(lambda: sent in watcher_command.scrape(metrics_port), "both pod messages acknowledged")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert "k8s watcher started" in stderr
-    stopped = re.search(
-        r"k8s watcher stopped events=\d+ published=(\d+) relists=(\d+) api_errors=0 "
-        r"sent=(\d+) dropped=0",
-        stderr,
-    )
-    assert stopped is not None, stderr
-    assert stopped.groups() == ("2", "2", "2")  # 1 pod + its change; a list of nodes and of pods/ml
+    # 1 pod + its change; a list of nodes and of pods/ml
+    assert watcher_command.stopped(stderr) == ("2", "2", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
     values = [K8S_PODS.decode(r.value) for r in records]
     assert [(v.type, v.name, v.phase) for v in values] == [

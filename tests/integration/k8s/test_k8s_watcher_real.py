@@ -5,18 +5,14 @@ TokenRequest API, the server's CA), publishing to real Kafka."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import watcher_command
 import yaml
 from jsonschema import Draft202012Validator
 from support import reaped
@@ -30,18 +26,6 @@ from schemas import K8S_PODS
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-GPUWATCH = Path(sys.executable).with_name("gpuwatch")
-
-
-def scrape(port: int) -> str:
-    """The watcher's /metrics; empty while it does not serve yet."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            return bytes(response.read()).decode()
-    except OSError:
-        return ""
 
 
 @pytest.fixture
@@ -86,48 +70,21 @@ def test_the_command_watches_the_real_server_as_its_service_account(
         "pods", m.gpu_pod("p", "ml", created=time.time(), labels={"team": "vision", "secret": "x"})
     )
     real.create("pods", m.gpu_pod("q", "web", created=time.time()))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("GPUWATCH_", "KUBERNETES_"))},
-        "GPUWATCH_TOPIC_PREFIX": scoped.kafka.topic_prefix,
-        "GPUWATCH_KAFKA_BOOTSTRAP": scoped.kafka.bootstrap,
-    }
     metrics_port = free_port()
-    process = subprocess.Popen(
-        [
-            str(GPUWATCH),
-            "k8s-watcher",
-            "--kubeconfig",
-            str(watcher_kubeconfig),
-            "--namespace",
-            "ml",
-            "--label",
-            "team",
-            "--metrics-port",
-            str(metrics_port),
-            "--duration",
-            "120",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = watcher_command.start(watcher_kubeconfig, scoped, metrics_port)
     with reaped(process):
         first = 'gpuwatch_k8s_watcher_sent_total{topic="k8s.pods"} 1.0'
-        wait(lambda: first in scrape(metrics_port), "the first list's pod acknowledged")
+        wait(
+            lambda: first in watcher_command.scrape(metrics_port),
+            "the first list's pod acknowledged",
+        )
         real.modify("pods", "ml", "p", lambda o: o["status"].update(phase="Running"))
         sent = 'gpuwatch_k8s_watcher_sent_total{topic="k8s.pods"} 2.0'
-        wait(lambda: sent in scrape(metrics_port), "both pod messages acknowledged")
+        wait(lambda: sent in watcher_command.scrape(metrics_port), "both pod messages acknowledged")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
-    stopped = re.search(
-        r"k8s watcher stopped events=\d+ published=(\d+) relists=(\d+) api_errors=0 "
-        r"sent=(\d+) dropped=0",
-        stderr,
-    )
-    assert stopped is not None, stderr
-    assert stopped.groups() == ("2", "2", "2")
+    assert watcher_command.stopped(stderr) == ("2", "2", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
     for record in records:
         assert list(validators[K8S_PODS.name].iter_errors(json.loads(record.value))) == []
