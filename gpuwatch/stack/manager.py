@@ -147,8 +147,11 @@ def down(settings: Settings, progress: Progress = _silent) -> list[ServiceStatus
                 remove_pid(paths.pid_file(d.name))
         if ours:
             progress(f"stopping {', '.join(ours)}...")
-        timeouts = {ours[d.name]: d.stop_timeout_s for d in services if d.name in ours}
-        outcome = stop_all(timeouts)
+        # What others need stops after them: the API server leaves its lease and its
+        # endpoint in etcd as it shuts down, and waits for etcd until it is killed.
+        outcome: dict[int, str] = {}
+        for wave in reversed(_waves([d for d in services if d.name in ours])):
+            outcome |= stop_all({ours[d.name]: d.stop_timeout_s for d in wave})
 
         statuses: list[ServiceStatus] = []
         for d in services:

@@ -46,3 +46,43 @@ def test_the_stack_s_api_server_answers_its_admin_as_kubernetes_1_34(kube_stack:
         assert "resourceclaims" in {r["name"] for r in groups["resources"]}
     finally:
         server.close()
+
+
+def test_an_isolated_api_server_starts_after_etcd_and_stops_before_it(tmp_path: Path) -> None:
+    """A stack of its own: `up --kube` starts etcd, then the API server once etcd answers;
+    `down` stops the API server first (it leaves its lease in etcd as it goes), so both
+    stop on SIGTERM rather than being killed."""
+    from support import free_ports
+
+    from gpuwatch.stack.service import StackPaths
+
+    kafka_port, controller, redis_port, prometheus_port, etcd, peer, api = free_ports(7)
+    settings = load_settings(
+        overrides={
+            "stack.state_dir": tmp_path / "state",
+            "stack.kafka_port": kafka_port,
+            "stack.kafka_controller_port": controller,
+            "stack.redis_port": redis_port,
+            "stack.prometheus_port": prometheus_port,
+            "stack.etcd_port": etcd,
+            "stack.etcd_peer_port": peer,
+            "stack.kube_port": api,
+            "stack.ready_timeout_s": 60,
+        }
+    )
+    messages: list[str] = []
+    try:
+        up = {s.name: s.state for s in manager.up(settings, messages.append, kube=True)}
+        assert up["etcd"] == up["kube-apiserver"] == "up", messages
+        started = [m.split()[1] for m in messages if m.startswith("starting ")]
+        assert started.index("kube-apiserver") > started.index("etcd")
+        answered = [m for m in messages if " is up on " in m]
+        assert answered.index(next(m for m in answered if m.startswith("etcd"))) < answered.index(
+            next(m for m in answered if m.startswith("kube-apiserver"))
+        )
+        kubeconfig = StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver")
+        assert (kubeconfig / "kubeconfig").exists()
+    finally:
+        down = {s.name: s.detail for s in manager.down(settings)}
+    assert down["kube-apiserver"].startswith("stopped"), down
+    assert down["etcd"].startswith("stopped"), down
