@@ -49,10 +49,14 @@ def etcd_url(settings: Settings) -> str:
     return f"http://{HOST}:{settings.stack.etcd_port}"
 
 
+def credentials(settings: Settings) -> KubeCredentials:
+    """The credentials of the stack's API server, in its state folder."""
+    return KubeCredentials(StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver"))
+
+
 def admin_kubeconfig(settings: Settings) -> Path:
     """The admin's kubeconfig of the stack's API server, which `stack up --kube` writes."""
-    home = StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver")
-    return KubeCredentials.of(home).kubeconfig
+    return credentials(settings).kubeconfig
 
 
 def api_url(settings: Settings) -> str:
@@ -121,7 +125,7 @@ class KubeApiServerService(LocalService):
     def __init__(self, settings: Settings, paths: StackPaths, which: Which = shutil.which):
         super().__init__(paths, which, settings.stack.kube_port)
         self.settings = settings
-        self.credentials = KubeCredentials.of(self.home)
+        self.credentials = KubeCredentials(self.home)
         self.configured = settings.stack.kube_apiserver
         self.cache_dir = settings.stack.cache_dir.expanduser().resolve()
         self.binary = self.configured or cached_binary(self.cache_dir)
@@ -205,11 +209,6 @@ class KubeCredentials:
         self.sa_key = home / "sa.key"
         self.sa_public = home / "sa.pub"
         self.kubeconfig = home / "kubeconfig"
-
-    @classmethod
-    def of(cls, home: Path) -> KubeCredentials:
-        """The credentials of the API server whose folder is `home`."""
-        return cls(home)
 
     def ensure(self, which: Which = shutil.which) -> None:
         """The admin token and the service-account signing key pair, made once."""

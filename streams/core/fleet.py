@@ -315,9 +315,9 @@ class FleetState:
             node = self.nodes.get((item.cluster, item.node))
             return node is not None and (item.ts < node.ts or item == node)
         if isinstance(item, FleetUse):
-            # By the node side's own revision first: an idle alert the watermark ended is
-            # dated stream time + 1, after the sample that follows it (an earlier ts, a
-            # later revision), and must not undo that sample's view.
+            # By the node side's own revision first: the view an idle alert's end sends can
+            # carry a later time than the sample after it (a later revision), and must not
+            # undo that sample's view.
             use = self.uses.get((item.cluster, item.node))
             return use is not None and (item.rev, item.ts) <= (use.rev, use.ts)
         if isinstance(item, FleetOwner):

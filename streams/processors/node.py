@@ -286,13 +286,12 @@ class NodePartition:
         if c.fleet_topic is not None:
             # A gap found by this sample rather than by the watermark: its idle GPUs stopped
             # counting as idle when telemetry went missing, as they would have live.
-            lost_at = _lost_at(alerts, -1) if alerts else -1
-            gone = (
-                None if lost_at < 0 else node_after_idle_ended(node.fleet_use, set(), lost_at + 1)
-            )
-            if gone is not None:
-                node.fleet_use = gone
-                self._fleet(node, gone, out)
+            lost_at = _lost_at(alerts)
+            if lost_at is not None:
+                gone = node_after_idle_ended(node.fleet_use, set(), lost_at + 1)
+                if gone is not None:
+                    node.fleet_use = gone
+                    self._fleet(node, gone, out)
             idle = _idle(node.alert)
             seen = (sample.allocations, idle)
             # Allocations rarely change between two samples: compared whole (in C), they
@@ -431,20 +430,21 @@ class NodePartition:
                     firing = {uuid for uuid, _, _ in _idle(node.alert)}
                     # Dated by when telemetry counts as missing (the alert's own time), not
                     # by the stream time it was found at, which depends on what came when.
-                    at = _lost_at(alerts, st) + 1
+                    lost_at = _lost_at(alerts)
+                    at = (st if lost_at is None else lost_at) + 1
                     use = node_after_idle_ended(node.fleet_use, firing, at)
                     if use is not None:
                         node.fleet_use = use
                         self._fleet(node, use, out)
 
 
-def _lost_at(alerts: list[Alert], otherwise: int) -> int:
+def _lost_at(alerts: list[Alert]) -> int | None:
     """When the node's telemetry went missing, by the NodeTelemetryMissing among `alerts`
-    that fires (in event time, whatever came when); `otherwise` where none does."""
+    that fires (in event time, whatever came when); None where none does."""
     for a in alerts:
         if a.name == "NodeTelemetryMissing" and a.status == "firing":
             return a.ts
-    return otherwise
+    return None
 
 
 def _idle(alert: NodeAlertState) -> list[tuple[str, int, tuple[str, ...]]]:

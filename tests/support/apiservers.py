@@ -34,7 +34,6 @@ from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.stack import kube, manager
-from gpuwatch.stack.service import StackPaths
 from producers.k8s.api import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import RESOURCES
@@ -52,9 +51,7 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def stack_up(settings: Settings) -> kube.KubeCredentials:
     """The stack with its API server up (started, and built once, when it is not)."""
     manager.up(settings, kube=True)
-    return kube.KubeCredentials.of(
-        StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver")
-    )
+    return kube.credentials(settings)
 
 
 class LiveApiServer(ApiServerWriter):
@@ -213,7 +210,7 @@ class UncachedApiServer:
         binary = self.settings.stack.kube_apiserver or kube.cached_binary(
             self.settings.stack.cache_dir.expanduser().resolve()
         )
-        own = kube.KubeCredentials.of(self.workdir)
+        own = kube.KubeCredentials(self.workdir)
         own.home.mkdir(parents=True, exist_ok=True)
         extra = (f"--etcd-prefix=/gpuwatch-uncached-{secrets.token_hex(4)}", "--watch-cache=false")
         command = kube.command(

@@ -20,7 +20,6 @@ from support.apiservers import LiveApiServer, live
 from support.kube import RBAC
 
 from gpuwatch.stack import kube as stack_kube
-from gpuwatch.stack.service import StackPaths
 from producers.simulate.kube import manifests as m
 from schemas import K8S_PODS
 from schemas.settings import Settings
@@ -42,8 +41,7 @@ def watcher_kubeconfig(real: LiveApiServer, kube_stack: Settings, tmp_path: Path
         real.apply(document)
     account = next(d for d in documents if d["kind"] == "ServiceAccount")["metadata"]
     token = real.service_account_token(account["namespace"], account["name"])
-    home = StackPaths.of(kube_stack.stack.state_dir).service_dir("kube-apiserver")
-    credentials = stack_kube.KubeCredentials.of(home)
+    credentials = stack_kube.credentials(kube_stack)
     user = f"system:serviceaccount:{account['namespace']}:{account['name']}"
     yield credentials.kubeconfig_for(
         tmp_path / "watcher.kubeconfig", kube_stack.stack.kube_port, user, token

@@ -18,7 +18,6 @@ from support import waiter
 from support.apiservers import LiveApiServer, UncachedApiServer, live
 
 from gpuwatch.stack import kube as stack_kube
-from gpuwatch.stack.service import StackPaths
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import Settings
@@ -82,8 +81,7 @@ def real(kube_stack: Settings) -> Iterator[LiveApiServer]:
 @pytest.fixture
 def uncached(kube_stack: Settings, tmp_path: Path) -> Iterator[LiveApiServer]:
     """A kube-apiserver over the stack's etcd without the watch cache."""
-    home = StackPaths.of(kube_stack.stack.state_dir).service_dir("kube-apiserver")
-    credentials = stack_kube.KubeCredentials.of(home)
+    credentials = stack_kube.credentials(kube_stack)
     with UncachedApiServer(kube_stack, credentials, tmp_path / "uncached") as server:
         server.reset()
         yield server

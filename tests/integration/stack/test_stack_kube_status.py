@@ -7,7 +7,7 @@ from pathlib import Path
 from support.apiservers import stack_up
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import manager
+from gpuwatch.stack import kube, manager
 from gpuwatch.stack.service import StackPaths
 from schemas.settings import Settings
 
@@ -26,8 +26,6 @@ def test_status_shows_the_api_server_only_when_the_stack_runs_it(tmp_path: Path)
 
 def test_the_stack_s_api_server_answers_its_admin_as_kubernetes_1_34(kube_stack: Settings) -> None:
     from support.apiservers import LiveApiServer
-
-    from gpuwatch.stack import kube
 
     credentials = stack_up(kube_stack)
     states = {s.name: s.state for s in manager.status(kube_stack)}
@@ -54,8 +52,6 @@ def test_an_isolated_api_server_starts_after_etcd_and_stops_before_it(tmp_path: 
     stop on SIGTERM rather than being killed."""
     from support import free_ports
 
-    from gpuwatch.stack.service import StackPaths
-
     kafka_port, controller, redis_port, prometheus_port, etcd, peer, api = free_ports(7)
     settings = load_settings(
         overrides={
@@ -80,8 +76,7 @@ def test_an_isolated_api_server_starts_after_etcd_and_stops_before_it(tmp_path: 
         assert answered.index(next(m for m in answered if m.startswith("etcd"))) < answered.index(
             next(m for m in answered if m.startswith("kube-apiserver"))
         )
-        kubeconfig = StackPaths.of(settings.stack.state_dir).service_dir("kube-apiserver")
-        assert (kubeconfig / "kubeconfig").exists()
+        assert kube.credentials(settings).kubeconfig.exists()
     finally:
         down = {s.name: s.detail for s in manager.down(settings)}
     assert down["kube-apiserver"].startswith("stopped"), down

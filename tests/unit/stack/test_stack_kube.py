@@ -36,7 +36,7 @@ def test_services_that_need_each_other_are_refused() -> None:
 
 
 def test_credentials_are_made_once_and_kept_private(tmp_path: Path) -> None:
-    credentials = kube.KubeCredentials.of(tmp_path / "kube-apiserver")
+    credentials = kube.KubeCredentials(tmp_path / "kube-apiserver")
     credentials.ensure()
     token, key = credentials.admin_token, credentials.sa_key.read_bytes()
     credentials.ensure()
@@ -59,7 +59,7 @@ def test_credentials_are_made_once_and_kept_private(tmp_path: Path) -> None:
 
 
 def test_the_command_line_is_a_cluster_s_api_server_on_loopback(tmp_path: Path) -> None:
-    credentials = kube.KubeCredentials.of(tmp_path)
+    credentials = kube.KubeCredentials(tmp_path)
     line = kube.command(
         "/bin/kube-apiserver", etcd="http://127.0.0.1:12379", port=16443, credentials=credentials
     )
