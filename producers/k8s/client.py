@@ -99,6 +99,9 @@ class KubernetesApi:
         if token is not None:
             configuration.api_key = {"BearerToken": f"Bearer {token}"}
             configuration.api_key_prefix = {}
+            # A kubeconfig's loader leaves a hook that puts its own token back before
+            # every request: the client would act as the kubeconfig's user.
+            configuration.refresh_api_key_hook = None
         return KubernetesApi(kube.ApiClient(configuration))
 
     def call(
