@@ -130,7 +130,7 @@ class GpuReading(Value, frozen=True, kw_only=True, omit_defaults=True):
     ] = None
 
 
-class Allocation(Value, frozen=True, kw_only=True):
+class Allocation(Value, frozen=True, kw_only=True, omit_defaults=True):
     """A GPU resource the kubelet (PodResources API) has assigned to a pod's container."""
 
     pod_uid: PodUid
@@ -138,7 +138,12 @@ class Allocation(Value, frozen=True, kw_only=True):
     pod: str
     container: str
     resource: Annotated[
-        str, msgspec.Meta(description="extended resource, e.g. nvidia.com/gpu or nvidia.com/mig-*")
+        str,
+        msgspec.Meta(
+            description="extended resource, e.g. nvidia.com/gpu or nvidia.com/mig-*; for a "
+            "device allocated through a ResourceClaim <driver>/<type>, e.g. "
+            "gpu.nvidia.com/gpu or gpu.nvidia.com/mig-1g.10gb"
+        ),
     ]
     device_ids: Annotated[
         tuple[GpuUuid, ...],
@@ -146,6 +151,14 @@ class Allocation(Value, frozen=True, kw_only=True):
             description="GPU or MIG uuids; a time-slicing replica suffix (::N) is stripped"
         ),
     ]
+    claim: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="namespace/name of the ResourceClaim the devices were allocated "
+            "through (Dynamic Resource Allocation); absent for device-plugin devices "
+            "(added within v1)"
+        ),
+    ] = None
 
 
 class NvmlSample(Value, frozen=True, kw_only=True, omit_defaults=True):

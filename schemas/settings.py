@@ -381,8 +381,14 @@ class AgentSettings(BaseModel):
     """Extended resource names that are GPUs."""
     gpu_resource_prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
     """Resource name prefixes that are GPUs (MIG profiles)."""
+    dra_drivers: tuple[str, ...] = ("gpu.nvidia.com",)
+    """DRA drivers whose claim devices are GPUs; their uuids come from this node's
+    ResourceSlices (read from the API server, as `watcher.kubeconfig` or the pod's
+    service account allows, only once such a device is allocated). Empty: off."""
 
-    _lists = field_validator("gpu_resources", "gpu_resource_prefixes", mode="before")(_comma_list)
+    _lists = field_validator(
+        "gpu_resources", "gpu_resource_prefixes", "dra_drivers", mode="before"
+    )(_comma_list)
 
 
 class WatcherSettings(BaseModel):
@@ -520,6 +526,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_PROC_ROOT": ("agent", "proc_root"),
     "GPUWATCH_GPU_RESOURCES": ("agent", "gpu_resources"),
     "GPUWATCH_GPU_RESOURCE_PREFIXES": ("agent", "gpu_resource_prefixes"),
+    "GPUWATCH_DRA_DRIVERS": ("agent", "dra_drivers"),
     "GPUWATCH_KUBECONFIG": ("watcher", "kubeconfig"),
     "GPUWATCH_KUBE_CONTEXT": ("watcher", "context"),
     "GPUWATCH_WATCH_NAMESPACES": ("watcher", "namespaces"),

@@ -13,9 +13,11 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, start_http_server
 
 from producers.agent.loop import NodeAgent
-from producers.agent.metrics import AgentCollector
+from producers.agent.metrics import AgentCollector, ClaimStats
 from producers.agent.publisher import Publisher
 from producers.agent.readings import AllocationSource, GpuReader, PodResolver
+from producers.k8s.api import ApiError
+from producers.k8s.slices import ApiCaller, ResourceSliceDevices
 from producers.kafka import KafkaSender, linger_ms
 from schemas.settings import Settings
 from schemas.topics import NVML_SAMPLES
@@ -70,8 +72,23 @@ def _sources(
         agent.gpu_resources,
         agent.gpu_resource_prefixes,
         pod_uids=PodLogUids(agent.pod_logs_dir),
+        dra_drivers=agent.dra_drivers,
+        devices=resource_slices(settings, node) if agent.dra_drivers else None,
     )
     return nvml, CgroupPodResolver(agent.proc_root), allocations
+
+
+def resource_slices(settings: Settings, node: str) -> ResourceSliceDevices:
+    """This node's DRA devices, from an API server the agent connects to at first need."""
+    from producers.k8s.client import K8sConfigError, connect
+
+    def api() -> ApiCaller:
+        try:
+            return connect(settings.watcher.kubeconfig, settings.watcher.context)
+        except K8sConfigError as exc:
+            raise ApiError(str(exc)) from exc
+
+    return ResourceSliceDevices(api, node, settings.agent.dra_drivers)
 
 
 def run(settings: Settings, options: AgentOptions) -> int:
@@ -97,7 +114,8 @@ def run(settings: Settings, options: AgentOptions) -> int:
         cluster=settings.cluster.name,
     )
     registry = CollectorRegistry()
-    registry.register(AgentCollector(agent, publisher))
+    claims = allocations if isinstance(allocations, ClaimStats) else None
+    registry.register(AgentCollector(agent, publisher, claims))
     server, server_thread = start_http_server(
         settings.agent.metrics_port, addr=settings.metrics.bind, registry=registry
     )

@@ -33,16 +33,18 @@ class SharingConfig:
 def sharing_mode(
     reading: DeviceReading, replicated: set[GpuUuid], config: SharingConfig
 ) -> Sharing:
-    """`mig` from MIG mode, then configuration, replicas (time-slicing), MPS, else exclusive."""
+    """`mig` from MIG mode, then configuration, MPS clients, replicas or a claim shared
+    by pods (time-slicing), else exclusive. MPS comes before replicas: the NVIDIA device
+    plugin's MPS sharing names its replicas `::N` as time-slicing does."""
     if reading.mig_enabled or reading.parent_uuid is not None:
         return "mig"
     declared = config.by_uuid.get(reading.uuid, config.default)
     if declared is not None:
         return declared
-    if reading.uuid in replicated:
-        return "time-slicing"
     if reading.mps:
         return "mps"
+    if reading.uuid in replicated:
+        return "time-slicing"
     return "exclusive"
 
 
@@ -59,6 +61,7 @@ def normalise_allocations(allocations: tuple[DeviceAllocation, ...]) -> tuple[Al
                 container=item.container,
                 resource=item.resource,
                 device_ids=uuids,
+                claim=item.claim,
             )
         )
     return tuple(out)

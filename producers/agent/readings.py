@@ -105,11 +105,16 @@ class DeviceAllocation:
     resource: str
     """Resource name, e.g. `nvidia.com/gpu` or `nvidia.com/mig-1g.10gb`."""
     device_ids: tuple[str, ...]
-    """Device ids as the device plugin gave them (`GPU-…::3` for a time-slicing replica)."""
+    """Device ids as the device plugin gave them (`GPU-…::3` for a time-slicing replica);
+    GPU or MIG uuids for a device allocated through a ResourceClaim."""
+    claim: str | None = None
+    """`namespace/name` of the ResourceClaim the devices came from (Dynamic Resource
+    Allocation); None for a device plugin's devices."""
 
 
 class AllocationSource(Protocol):
-    """Which pod holds which device, from the kubelet PodResources API."""
+    """Which pod holds which device, from the kubelet PodResources API (device plugins'
+    devices and ResourceClaims' alike)."""
 
     def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
         """Current allocations; None when the source is unavailable this tick."""

@@ -8,7 +8,7 @@ tick tries again on a fresh channel. One outage logs one WARNING, the recovery I
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, TypeVar
@@ -17,6 +17,13 @@ import grpc
 from google.protobuf.message import Message
 
 from producers.agent.readings import AllocationSource, DeviceAllocation
+from producers.podresources.dra import (
+    DEFAULT_DRA_DRIVERS,
+    ClaimDevice,
+    DeviceKey,
+    DeviceLookup,
+    claim_allocations,
+)
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, method_path
 from producers.resources import ResourceFilter
@@ -29,6 +36,7 @@ __all__ = [
     "KubeletAllocationSource",
     "PodUidLookup",
     "allocations_from_response",
+    "claim_devices_from_response",
 ]
 
 logger = logging.getLogger(__name__)
@@ -93,8 +101,54 @@ def allocations_from_response(
     return tuple(allocations)
 
 
+def claim_devices_from_response(
+    response: api_pb2.ListPodResourcesResponse,
+    drivers: Collection[str],
+    uids: PodUidLookup,
+) -> tuple[ClaimDevice, ...]:
+    """Every device of `drivers` a container holds through a ResourceClaim
+    (`dynamic_resources`), in the kubelet's order; pods of unknown uid skipped."""
+    if not drivers:
+        return ()
+    found: list[ClaimDevice] = []
+    for pod in response.pod_resources:
+        held = [
+            (container.name, claim, resource)
+            for container in pod.containers
+            for claim in container.dynamic_resources
+            for resource in claim.claim_resources
+            if resource.driver_name in drivers
+        ]
+        if not held:
+            continue
+        uid = uids.lookup(pod.namespace, pod.name)
+        if uid is None:
+            logger.debug("claim skipped: pod uid unknown pod=%s/%s", pod.namespace, pod.name)
+            continue
+        found.extend(
+            ClaimDevice(
+                pod_uid=uid,
+                namespace=pod.namespace,
+                pod=pod.name,
+                container=container,
+                claim=f"{claim.claim_namespace or pod.namespace}/{claim.claim_name}",
+                driver=resource.driver_name,
+                pool=resource.pool_name,
+                device=resource.device_name,
+            )
+            for container, claim, resource in held
+        )
+    return tuple(found)
+
+
 class KubeletAllocationSource:
-    """AllocationSource reading the kubelet's PodResources socket (gRPC v1 List)."""
+    """AllocationSource reading the kubelet's PodResources socket (gRPC v1 List).
+
+    Devices of the device plugins' GPU resources come with their uuids. Devices that
+    `dra_drivers` allocated through ResourceClaims are named by driver, pool and device:
+    `devices` (this node's ResourceSlices) turns them into GPU uuids. A claim device it
+    does not know (yet) is left out of that tick and counted in `unmapped_devices`.
+    """
 
     def __init__(
         self,
@@ -103,14 +157,22 @@ class KubeletAllocationSource:
         resource_prefixes: Sequence[str] = DEFAULT_RESOURCE_PREFIXES,
         timeout_s: float = 2.0,
         pod_uids: PodUidLookup | None = None,
+        *,
+        dra_drivers: Collection[str] = DEFAULT_DRA_DRIVERS,
+        devices: DeviceLookup | None = None,
     ) -> None:
         self._socket_path = socket_path
         self._wanted = ResourceFilter.of(resources, resource_prefixes)
         self._timeout_s = timeout_s
         self._pod_uids: PodUidLookup = pod_uids if pod_uids is not None else PodLogUids()
+        self._dra_drivers = frozenset(dra_drivers) if devices is not None else frozenset()
+        self._devices = devices
         self._channel: grpc.Channel | None = None
         self._failures = 0
         """Failed calls since the last success; the first one of an outage warns."""
+        self.unmapped_devices = 0
+        """Claim devices of the last List that no ResourceSlice named (left out)."""
+        self._unmapped_logged: frozenset[DeviceKey] = frozenset()
 
     def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
         """Current GPU allocations of this node; None while the kubelet cannot be read."""
@@ -119,7 +181,38 @@ class KubeletAllocationSource:
         if response is None:
             return None
         self._pod_uids.refresh()
-        return allocations_from_response(response, self._wanted, self._pod_uids)
+        plugin = allocations_from_response(response, self._wanted, self._pod_uids)
+        uses = claim_devices_from_response(response, self._dra_drivers, self._pod_uids)
+        if not uses or self._devices is None:
+            self.unmapped_devices = 0
+            return plugin
+        table = self._devices.find({use.key for use in uses})
+        claimed, unknown = claim_allocations(uses, table)
+        self._note_unmapped(unknown)
+        return plugin + claimed
+
+    @property
+    def slice_read_failures(self) -> int:
+        """Failed reads of the ResourceSlices (0 without a device table that counts them)."""
+        return int(getattr(self._devices, "failures", 0))
+
+    def _note_unmapped(self, unknown: tuple[ClaimDevice, ...]) -> None:
+        """Count claim devices left out; log each device once while it stays unknown."""
+        self.unmapped_devices = len(unknown)
+        keys = frozenset(use.key for use in unknown)
+        for use in unknown:
+            if use.key not in self._unmapped_logged:
+                logger.warning(
+                    "claim device not in this node's ResourceSlices: pod=%s/%s claim=%s "
+                    "driver=%s pool=%s device=%s; its GPU is left unallocated until it is",
+                    use.namespace,
+                    use.pod,
+                    use.claim,
+                    use.driver,
+                    use.pool,
+                    use.device,
+                )
+        self._unmapped_logged = keys
 
     def allocatable(self) -> tuple[str, ...] | None:
         """Device ids of the GPU resources the kubelet can allocate; None where not served."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from producers.agent.readings import DeviceAllocation
-from schemas.ids import GpuUuid
+from schemas.ids import GpuUuid, PodUid
 
 __all__ = ["is_replicated", "normalise_device_id"]
 
@@ -37,11 +37,17 @@ def normalise_device_id(device_id: str) -> tuple[GpuUuid, int | None]:
 
 
 def is_replicated(allocations: Iterable[DeviceAllocation]) -> set[GpuUuid]:
-    """Devices allocated as replicas: the agent marks these `sharing: time-slicing`."""
+    """Devices allocated as replicas, or through claims to more than one pod (a shared
+    ResourceClaim: time-slicing or MPS by the claim's configuration): the agent marks
+    these `sharing: time-slicing` unless it sees MPS or is told otherwise."""
     shared: set[GpuUuid] = set()
+    claimed_by: dict[GpuUuid, PodUid] = {}
     for allocation in allocations:
         for device_id in allocation.device_ids:
             uuid, replica = normalise_device_id(device_id)
-            if replica is not None:
+            if replica is not None or (
+                allocation.claim is not None
+                and claimed_by.setdefault(uuid, allocation.pod_uid) != allocation.pod_uid
+            ):
                 shared.add(uuid)
     return shared

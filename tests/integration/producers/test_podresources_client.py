@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +16,11 @@ from producers.agent.readings import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
 from producers.podresources.devices import is_replicated
 from producers.podresources.poduids import PodLogUids
-from producers.podresources.proto import api_pb2, grpc_module
+from producers.podresources.proto import api_pb2
 from schemas.ids import PodUid
+from tests.support.kubelet import FakeKubelet, Serve, devices, pod
 
 pb = api_pb2
-api_grpc = grpc_module()
 
 GPU_0 = "GPU-8f3c6a1e-58d2-8a34-1b2c-9d0e7f6a5b4c"
 GPU_1 = "GPU-1c2d3e4f-5a6b-7c8d-9e0f-a1b2c3d4e5f6"
@@ -37,17 +35,6 @@ UIDS = {
     ("net", "dpdk-0"): "12345678-9abc-4def-8123-456789abcdef",
     ("ml", "eval-2c"): "fedcba98-7654-4321-8fed-cba987654321",
 }
-
-
-def devices(resource: str, *ids: str) -> pb.ContainerDevices:
-    """One resource's devices, with the NUMA node the kubelet reports."""
-    numa = pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])
-    return pb.ContainerDevices(resource_name=resource, device_ids=ids, topology=numa)
-
-
-def pod(namespace: str, name: str, *containers: pb.ContainerResources) -> pb.PodResources:
-    """A pod as List returns it."""
-    return pb.PodResources(name=name, namespace=namespace, containers=containers)
 
 
 NODE_PODS = pb.ListPodResourcesResponse(
@@ -109,23 +96,9 @@ def expected(ns: str, name: str, container: str, resource: str, *ids: str) -> De
     return DeviceAllocation(PodUid(UIDS[(ns, name)]), ns, name, container, resource, ids)
 
 
-class FakeKubelet(api_grpc.PodResourcesListerServicer):  # type: ignore[misc]
-    """Serves NODE_PODS, or fails as told; GetAllocatableResources only when given."""
-
-    def __init__(self) -> None:
-        self.list_response = NODE_PODS
-        self.fail_with: grpc.StatusCode | None = None
-        self.hang = threading.Event()
-        self.hang_released = threading.Event()
-
-    def List(  # noqa: N802  (the gRPC method name)
-        self, request: pb.ListPodResourcesRequest, context: Any
-    ) -> pb.ListPodResourcesResponse:
-        if self.hang.is_set():
-            self.hang_released.wait(5)
-        if self.fail_with is not None:
-            context.abort(self.fail_with, "kubelet says no")
-        return self.list_response
+def node_kubelet() -> FakeKubelet:
+    """A kubelet serving NODE_PODS."""
+    return FakeKubelet(NODE_PODS)
 
 
 class AllocatableKubelet(FakeKubelet):
@@ -144,19 +117,10 @@ class AllocatableKubelet(FakeKubelet):
         )
 
 
-Serve = Callable[[FakeKubelet], FakeKubelet]
-
-
 @pytest.fixture(autouse=True)
 def _client_logs(caplog: pytest.LogCaptureFixture) -> None:
     """Capture every level of the client's log, so counts of WARNING and INFO mean something."""
     caplog.set_level(logging.DEBUG, logger="producers.podresources.client")
-
-
-@pytest.fixture
-def sock(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A socket path short enough for AF_UNIX (108 bytes) under pytest's temp root."""
-    return tmp_path_factory.mktemp("kl") / "kubelet.sock"
 
 
 @pytest.fixture
@@ -165,32 +129,6 @@ def log_root(tmp_path: Path) -> Path:
     for (namespace, name), uid in UIDS.items():
         (tmp_path / f"{namespace}_{name}_{uid}").mkdir()
     return tmp_path
-
-
-@pytest.fixture
-def serve(sock: Path) -> Iterator[Serve]:
-    """Start a real gRPC server with a servicer on the socket; stopped after the test."""
-    threads_before = set(threading.enumerate())
-    started: list[tuple[grpc.Server, futures.ThreadPoolExecutor, FakeKubelet]] = []
-
-    def start(servicer: FakeKubelet) -> FakeKubelet:
-        executor = futures.ThreadPoolExecutor(max_workers=2)
-        server = grpc.server(executor)
-        api_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-        server.add_insecure_port(f"unix://{sock}")
-        server.start()
-        started.append((server, executor, servicer))
-        return servicer
-
-    yield start
-    for server, executor, servicer in started:
-        servicer.hang_released.set()
-        server.stop(grace=None).wait(5)
-        executor.shutdown(wait=True)
-    deadline = time.monotonic() + 5
-    while set(threading.enumerate()) - threads_before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert set(threading.enumerate()) - threads_before == set(), "threads leaked"
 
 
 @pytest.fixture
@@ -210,7 +148,7 @@ def warnings_and_infos(caplog: pytest.LogCaptureFixture) -> tuple[list[str], lis
 
 
 def test_lists_gpu_allocations_per_container(serve: Serve, source: KubeletAllocationSource) -> None:
-    serve(FakeKubelet())
+    serve(node_kubelet())
     allocations = source.list_allocations()
     assert allocations == (
         expected("ml", "train-0", "trainer", "nvidia.com/gpu", GPU_0),
@@ -226,7 +164,7 @@ def test_lists_gpu_allocations_per_container(serve: Serve, source: KubeletAlloca
 def test_configured_resources_replace_the_defaults(
     serve: Serve, sock: Path, log_root: Path
 ) -> None:
-    serve(FakeKubelet())
+    serve(node_kubelet())
     with KubeletAllocationSource(
         sock, ("intel.com/sriov_netdevice",), (), 1.0, PodLogUids(log_root)
     ) as only_nics:
@@ -236,14 +174,14 @@ def test_configured_resources_replace_the_defaults(
 
 
 def test_allocatable_lists_gpu_devices_only(serve: Serve, source: KubeletAllocationSource) -> None:
-    serve(AllocatableKubelet())
+    serve(AllocatableKubelet(NODE_PODS))
     assert source.allocatable() == tuple(sorted((GPU_0, GPU_2, MIG_0)))
 
 
 def test_allocatable_unimplemented_is_none_and_no_outage(
     serve: Serve, source: KubeletAllocationSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    serve(FakeKubelet())  # the generated base class answers UNIMPLEMENTED
+    serve(node_kubelet())  # the generated base class answers UNIMPLEMENTED
     assert source.allocatable() is None
     assert source.list_allocations() is not None
     assert warnings_and_infos(caplog) == ([], [])
@@ -261,7 +199,7 @@ def test_missing_socket_warns_once_then_info_when_the_kubelet_appears(
     assert infos == []
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 3
 
-    serve(FakeKubelet())
+    serve(node_kubelet())
     allocations = source.list_allocations()
     assert allocations is not None
     assert len(allocations) == 6
@@ -281,7 +219,7 @@ def test_server_error_gives_none_then_recovers(
     caplog: pytest.LogCaptureFixture,
     code: grpc.StatusCode,
 ) -> None:
-    kubelet = serve(FakeKubelet())
+    kubelet = serve(node_kubelet())
     kubelet.fail_with = code
     assert source.list_allocations() is None
     assert source.list_allocations() is None
@@ -296,7 +234,7 @@ def test_server_error_gives_none_then_recovers(
 def test_deadline_exceeded_gives_none(
     serve: Serve, sock: Path, log_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kubelet = serve(FakeKubelet())
+    kubelet = serve(node_kubelet())
     kubelet.hang.set()
     with KubeletAllocationSource(sock, timeout_s=0.2, pod_uids=PodLogUids(log_root)) as client:
         started = time.monotonic()
@@ -313,14 +251,14 @@ def test_stale_socket_without_listener_gives_none_then_reconnects(
     stale.close()
     assert source.list_allocations() is None
     sock.unlink()
-    serve(FakeKubelet())
+    serve(node_kubelet())
     assert source.list_allocations() is not None
 
 
 def test_close_is_idempotent_and_the_next_call_reconnects(
     serve: Serve, source: KubeletAllocationSource
 ) -> None:
-    serve(FakeKubelet())
+    serve(node_kubelet())
     assert source.list_allocations() is not None
     source.close()
     source.close()

@@ -87,9 +87,12 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         assert obj["description"].strip(), obj["title"]
         # Present-but-null is how "unknown" is said; the optional fields are those added
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
-        # readings and a pod's GPU models, whose absence means null.
+        # readings, a pod's GPU models and an allocation's claim, whose absence means null.
         optional = set(obj["properties"]) - set(obj["required"])
-        assert optional <= {"cluster", "gpu_products", *HEALTH}, obj["title"]
+        assert optional <= {"cluster", "gpu_products", "claim", *HEALTH}, obj["title"]
+        if "claim" in optional:
+            assert obj["title"] == "Allocation"
+            assert obj["properties"]["claim"]["default"] is None
         if "cluster" in optional:
             assert obj["properties"]["cluster"]["default"] == DEFAULT_CLUSTER
         for name in optional & HEALTH:
