@@ -33,6 +33,7 @@ CHART = ROOT / "deploy" / "helm" / "gpuwatch"
 TLS_VALUES = CHART / "ci" / "tls-sasl-values.yaml"
 SIM_VALUES = CHART / "ci" / "sim-values.yaml"
 RBAC = ROOT / "deploy" / "rbac" / "k8s-watcher.yaml"
+AGENT_RBAC = ROOT / "deploy" / "rbac" / "node-agent.yaml"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-rules.yml"
 THRESHOLD_RULES = ROOT / "deploy" / "prometheus" / "gpuwatch-threshold-rules.yml"
@@ -165,8 +166,9 @@ def test_what_each_values_file_renders(
     def kinds(objects: list[Object]) -> list[str]:
         return sorted(o["kind"] for o in objects)
 
+    # The watcher's role and binding, and the node agent's (its node's ResourceSlices).
     gpuwatch = [
-        "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
+        "ClusterRole", "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
         "Deployment", "Deployment", "PodDisruptionBudget", "PodDisruptionBudget",
         "PodDisruptionBudget", "Service", "Service", "Service", "Service", "ServiceAccount",
         "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
@@ -181,7 +183,7 @@ def test_what_each_values_file_renders(
          "PrometheusRule", "ServiceMonitor", "ServiceMonitor", "ServiceMonitor",
          "ServiceMonitor", "Pod"]
     )  # fmt: skip
-    assert kinds(sim) == sorted(
+    assert kinds(sim) == sorted(  # a simulated agent reads no ResourceSlices: no role
         ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
          "Deployment", "Deployment", "Service", "Service", "Service", "Service",
          "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
@@ -264,12 +266,22 @@ def test_the_simulated_node_agent_needs_nothing_from_the_host(sim: list[Object])
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(container)
 
 
-def test_only_the_watcher_gets_an_api_token(default: list[Object]) -> None:
+def test_only_the_watcher_and_the_dra_reading_agent_get_an_api_token(
+    helm: str, default: list[Object], sim: list[Object]
+) -> None:
     tokens = {c: pod["spec"]["automountServiceAccountToken"] for c, pod in pod_specs(default)}
     assert tokens == {
         "worker": False, "sink-redis": False, "sink-metrics": False, "k8s-watcher": True,
-        "node-agent": False,
+        "node-agent": True,
     }  # fmt: skip
+    no_dra = render(helm, "--set", "nodeAgent.dra.enabled=false")
+    agent = one(no_dra, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert agent["automountServiceAccountToken"] is False
+    assert env_of(agent["containers"][0])["GPUWATCH_DRA_DRIVERS"]["value"] == ""
+    assert [r["metadata"]["labels"]["app.kubernetes.io/component"]
+            for r in by_kind(no_dra, "ClusterRole")] == ["k8s-watcher"]  # fmt: skip
+    simulated = one(sim, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert simulated["automountServiceAccountToken"] is False  # no kubelet, no slices
     accounts = {a["metadata"]["name"]: a for a in by_kind(default, "ServiceAccount")}
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
     for component, pod in pod_specs(default):
@@ -552,14 +564,14 @@ def grants(rules: list[Object]) -> set[tuple[str, str, str]]:
 
 def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
     plain = {d["kind"]: d for d in yaml.safe_load_all(RBAC.read_text(encoding="utf-8"))}
-    (role,) = by_kind(default, "ClusterRole")
+    role = one(default, "ClusterRole", "k8s-watcher")
     assert role["rules"] == plain["ClusterRole"]["rules"]
     assert grants(role["rules"]) == {
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
     }  # fmt: skip
-    (binding,) = by_kind(default, "ClusterRoleBinding")
+    binding = one(default, "ClusterRoleBinding", "k8s-watcher")
     watcher = one(default, "Deployment", "k8s-watcher")["spec"]["template"]["spec"]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -569,6 +581,24 @@ def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": watcher["serviceAccountName"], "namespace": NAMESPACE}
     ]
+
+
+def test_the_node_agent_role_equals_deploy_rbac_and_reads_resourceslices_only(
+    default: list[Object],
+) -> None:
+    plain = {d["kind"]: d for d in yaml.safe_load_all(AGENT_RBAC.read_text(encoding="utf-8"))}
+    role = one(default, "ClusterRole", "node-agent")
+    assert role["rules"] == plain["ClusterRole"]["rules"]
+    assert grants(role["rules"]) == {
+        ("resource.k8s.io", "resourceslices", verb) for verb in ("get", "list", "watch")
+    }
+    binding = one(default, "ClusterRoleBinding", "node-agent")
+    agent = one(default, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": agent["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+    assert env_of(agent["containers"][0])["GPUWATCH_DRA_DRIVERS"]["value"] == "gpu.nvidia.com"
 
 
 # --- Prometheus ---------------------------------------------------------------------------
@@ -721,8 +751,8 @@ def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> No
     common = {53, 9093}  # DNS, Kafka (networkPolicy.kafkaTo)
     assert ports == {
         "worker": common, "sink-redis": common | {6380}, "sink-metrics": common,
-        "k8s-watcher": common | {6443}, "node-agent": common, "topics": common,
-    }  # fmt: skip
+        "k8s-watcher": common | {6443}, "node-agent": common | {6443}, "topics": common,
+    }  # fmt: skip  (the node agent reads its node's ResourceSlices)
     sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
     redis_policy = one(tls, "NetworkPolicy", "sink-redis")
     assert redis_policy["spec"]["podSelector"]["matchLabels"] == sink
@@ -776,8 +806,9 @@ def test_existing_service_accounts_are_named_and_bound(helm: str) -> None:
     accounts = {c: p["spec"]["serviceAccountName"] for c, p in pod_specs(objects) if c != "topics"}
     assert set(accounts) == {"worker", "sink-redis", "sink-metrics", "k8s-watcher", "node-agent"}
     assert set(accounts.values()) == {"platform-sa"}
-    (binding,) = by_kind(objects, "ClusterRoleBinding")
-    assert [s["name"] for s in binding["subjects"]] == ["platform-sa"]
+    bindings = by_kind(objects, "ClusterRoleBinding")
+    assert len(bindings) == 2  # the watcher's and the node agent's
+    assert all([s["name"] for s in b["subjects"]] == ["platform-sa"] for b in bindings)
     unnamed = render(helm, "--set", "serviceAccount.create=false")
     assert {p["spec"]["serviceAccountName"] for c, p in pod_specs(unnamed) if c != "topics"} == {
         "default"

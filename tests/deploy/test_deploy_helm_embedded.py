@@ -559,7 +559,7 @@ def test_each_component_reaches_dns_kafka_and_only_what_it_talks_to(
     common = {53, 9092}  # DNS, the embedded Kafka
     assert ports == {
         "worker": common, "sink-redis": common | {6379}, "sink-metrics": common,
-        "k8s-watcher": common | {6443}, "node-agent": common,
+        "k8s-watcher": common | {6443}, "node-agent": common | {6443},
     }  # fmt: skip
     kafka_pod = labels_of(restricted, "StatefulSet", "kafka")
     redis_pod = labels_of(restricted, "Deployment", "redis")
@@ -633,7 +633,8 @@ def test_the_strimzi_values_reach_the_brokers_by_kafka_to(strimzi: list[Object])
         rules = [r for p in policies_of(strimzi, pod) for r in p["spec"]["egress"]]
         for rule in values["networkPolicy"]["kafkaTo"]:
             assert rule in rules, component
-        assert (values["networkPolicy"]["apiServer"][0] in rules) is (component == "k8s-watcher")
+        talks_to_api = component in ("k8s-watcher", "node-agent")  # the agent: ResourceSlices
+        assert (values["networkPolicy"]["apiServer"][0] in rules) is talks_to_api, component
 
 
 # --- the chart as a package, the docs -----------------------------------------------------

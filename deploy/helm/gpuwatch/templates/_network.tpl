@@ -13,8 +13,9 @@
 {{- if and .Values.sinkRedis.enabled (not .Values.redis.embedded.enabled) (not $n.redisTo) -}}
 {{- fail "networkPolicy.restrictEgress with an external Redis needs networkPolicy.redisTo: the Redis sink's egress rules (to, ports) to it" -}}
 {{- end -}}
-{{- if and .Values.k8sWatcher.enabled (not $n.apiServer) -}}
-{{- fail "networkPolicy.restrictEgress needs networkPolicy.apiServer: the watcher's egress rules to the API server (the addresses of `kubectl get endpoints kubernetes -n default`, port 443 or 6443)" -}}
+{{- $agentApi := and .Values.nodeAgent.enabled .Values.nodeAgent.dra.enabled (eq .Values.nodeAgent.backend "nvml") -}}
+{{- if and (or .Values.k8sWatcher.enabled $agentApi) (not $n.apiServer) -}}
+{{- fail "networkPolicy.restrictEgress needs networkPolicy.apiServer: the watcher's and the node agent's (nodeAgent.dra.enabled) egress rules to the API server (the addresses of `kubectl get endpoints kubernetes -n default`, port 443 or 6443)" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
