@@ -411,6 +411,10 @@ class WatcherSettings(BaseModel):
     extra_pods: tuple[str, ...] = ()
     """`namespace/name` of pods to publish though they request no GPU (a GPU reached
     through NVIDIA_VISIBLE_DEVICES)."""
+    claim_pods: bool = True
+    """Publish pods that use ResourceClaims (GPUs allocated through DRA): their GPU
+    request is no extended resource, so they are published with an empty `gpu_request`,
+    whatever devices their claims ask for."""
     pod_label_allowlist: tuple[str, ...] = (
         "team",
         "project",
@@ -534,6 +538,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WATCH_GPU_RESOURCES": ("watcher", "gpu_resources"),
     "GPUWATCH_WATCH_GPU_RESOURCE_PREFIXES": ("watcher", "gpu_resource_prefixes"),
     "GPUWATCH_WATCH_EXTRA_PODS": ("watcher", "extra_pods"),
+    "GPUWATCH_WATCH_CLAIM_PODS": ("watcher", "claim_pods"),
     "GPUWATCH_POD_LABEL_ALLOWLIST": ("watcher", "pod_label_allowlist"),
     "GPUWATCH_NODE_LABEL_ALLOWLIST": ("watcher", "node_label_allowlist"),
     "GPUWATCH_WATCHER_METRICS_PORT": ("watcher", "metrics_port"),

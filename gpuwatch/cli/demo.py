@@ -35,7 +35,9 @@ def add_parser(verbs: Any) -> None:
         "--kube`): the real watcher watches a real kube-apiserver, and the demo prints the "
         "kubeconfig to watch the pods with kubectl.",
     )
-    add_scenario(demo, "simulated cluster: small, fleet, incident or a YAML file (default: small)")
+    add_scenario(
+        demo, "simulated cluster: small, fleet, incident, dra or a YAML file (default: small)"
+    )
     add_speed(demo, "simulated time runs FACTOR times faster than wall time (default: 1)")
     add_duration(demo, "stop after this many seconds (default: at Ctrl-C)", dest="demo_duration")
     demo.add_argument(

@@ -33,7 +33,7 @@ DESCRIPTION = (
     "--speed 10 shows ten simulated minutes per real minute (event time then runs ahead "
     "of the wall clock: start long fast runs in the past with --epoch, as the worker "
     "refuses data more than a day ahead of its clock). Deterministic for a seed. "
-    "Shipped scenarios (producers/simulate/scenarios/README.md): small, fleet, incident; "
+    "Shipped scenarios (producers/simulate/scenarios/README.md): small, fleet, incident, dra; "
     "--list shows them. The simulated node agents serve their metrics on "
     "GPUWATCH_AGENT_METRICS_PORT (9481, one `node` label per node) and the watcher on "
     "GPUWATCH_WATCHER_METRICS_PORT (9482), as the real ones do; --no-metrics turns "

@@ -101,6 +101,14 @@ class Affinity(TypedDict, total=False):
     nodeAffinity: NodeAffinity | None
 
 
+class PodResourceClaim(TypedDict, total=False):
+    """One entry of `spec.resourceClaims`: a claim by name, or made from a template."""
+
+    name: str | None
+    resourceClaimName: str | None
+    resourceClaimTemplateName: str | None
+
+
 class PodSpec(TypedDict, total=False):
     nodeName: str | None
     containers: list[Container] | None
@@ -108,6 +116,7 @@ class PodSpec(TypedDict, total=False):
     priorityClassName: str | None
     nodeSelector: dict[str, str] | None
     affinity: Affinity | None
+    resourceClaims: list[PodResourceClaim] | None
 
 
 class Condition(TypedDict, total=False):

@@ -88,15 +88,21 @@ def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
 @dataclass(frozen=True)
 class PodSelection:
     """The client-side half of pod selection (namespaces and label selectors are sent to
-    the API): GPU pods plus the pods named in `extra` as `namespace/name`."""
+    the API): GPU pods plus the pods named in `extra` as `namespace/name`, and with
+    `claims` the pods that use ResourceClaims (Dynamic Resource Allocation: a GPU so
+    allocated is no extended resource; the pod's claims say which devices only through
+    their device classes, which the pod does not name)."""
 
     gpus: GpuResources
     extra: frozenset[str] = frozenset()
+    claims: bool = False
 
     def wanted(self, pod: Pod) -> bool:
         """Whether the pod is published."""
         meta = pod.get("metadata") or {}
         if f"{meta.get('namespace') or ''}/{meta.get('name') or ''}" in self.extra:
+            return True
+        if self.claims and (pod.get("spec") or {}).get("resourceClaims"):
             return True
         return bool(effective_request(pod, self.gpus))
 

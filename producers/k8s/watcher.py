@@ -61,7 +61,7 @@ class K8sWatcher:
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
         pods = PodKind(
             PodRules(gpus, settings.pod_label_allowlist, cluster),
-            PodSelection(gpus, frozenset(settings.extra_pods)),
+            PodSelection(gpus, frozenset(settings.extra_pods), settings.claim_pods),
             self.owners,
         )
         nodes = NodeKind(

@@ -32,7 +32,14 @@ from producers.simulate.gpus import (
     WorkloadKind,
 )
 from producers.simulate.scenario import Scenario, Span, Workload
-from producers.simulate.topology import GPU_RESOURCE, Device, NodeLayout, layout, mig_resource
+from producers.simulate.topology import (
+    GPU_RESOURCE,
+    Device,
+    NodeLayout,
+    dra_resource,
+    layout,
+    mig_resource,
+)
 from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = [
@@ -110,6 +117,10 @@ class PodSpec:
     recreate_after_s: float | None
     index: int
     generation: int
+    claim: str | None = None
+    """The ResourceClaim its GPUs come through (`<pod>-gpus`, or the workload's shared
+    `<workload>-gpus`); None: the device plugin's devices."""
+    shared_claim: bool = False
 
     @property
     def restart_policy(self) -> str:
@@ -259,6 +270,17 @@ def _draw(span: Span | None, rng: random.Random, whole: bool = False) -> float |
     return float(round(value)) if whole else value
 
 
+def _claim_name(w: Workload, index: int, generation: int) -> str | None:
+    """The claim of a pod: the workload's shared one, or one made from its template for
+    this pod (as the ResourceClaim controller names them, `<pod>-<template>-<suffix>`)."""
+    if w.claim is None:
+        return None
+    if w.claim == "shared":
+        return f"{w.name}-gpus"
+    pod = f"{w.name}-{index}" if generation == 0 else f"{w.name}-{index}-{generation}"
+    return f"{pod}-gpus"
+
+
 def _owner(w: Workload) -> tuple[str, str] | None:
     kind = w.owner or DEFAULT_OWNERS[w.kind]
     if kind == "job":
@@ -306,6 +328,8 @@ class Cluster:
         self._mem_used: dict[str, int] = {}
         self._holders: dict[str, int] = {}
         self._replicas_taken: dict[str, int] = {}
+        self._shared: dict[tuple[str, str], tuple[str, tuple[Device, ...], set[str]]] = {}
+        """(namespace, claim) -> node, devices and the pods using a shared claim now."""
         self._queue: list[tuple[float, int, Action, str]] = []
         self._seq = 0
         self._pending: list[str] = []
@@ -387,7 +411,13 @@ class Cluster:
             owner=_owner(w),
             priority_class=w.priority_class,
             pool=w.pool,
-            resource=GPU_RESOURCE if w.mig_profile is None else mig_resource(w.mig_profile),
+            resource=(
+                dra_resource(w.mig_profile)
+                if w.claim is not None
+                else GPU_RESOURCE
+                if w.mig_profile is None
+                else mig_resource(w.mig_profile)
+            ),
             count=w.gpus,
             created_s=(start or 0.0) if created is None else created,
             pull_s=_draw(w.pull_s, rng, whole=True) or 0.0,
@@ -401,6 +431,8 @@ class Cluster:
             recreate_after_s=_draw(w.recreate_after_s, rng, whole=True),
             index=index,
             generation=generation,
+            claim=_claim_name(w, index, generation),
+            shared_claim=w.claim == "shared",
         )
 
     def _plan(self, spec: PodSpec) -> None:
@@ -514,6 +546,15 @@ class Cluster:
         node = self._nodes[pod.node]
         for device in pod.devices:
             self._holders[device.uuid] -= 1
+        if pod.spec.shared_claim and pod.spec.claim is not None:
+            # The claim's devices stay reserved while another pod still uses the claim.
+            key = (pod.spec.namespace, pod.spec.claim)
+            users = self._shared[key][2]
+            users.discard(pod.spec.uid)
+            if users:
+                return
+            del self._shared[key]
+        for device in pod.devices:
             if device.id != device.uuid:
                 self._replicas_taken[device.uuid] -= 1
         order = {device.id: i for i, device in enumerate(node.layout.devices)}
@@ -533,12 +574,21 @@ class Cluster:
             name, devices = fit
             self._pending.remove(uid)
             node = self._nodes[name]
-            taken = {d.id for d in devices}
-            node.free = [d for d in node.free if d.id not in taken]
             for device in devices:
                 self._holders[device.uuid] = self._holders.get(device.uuid, 0) + 1
-                if device.id != device.uuid:
-                    self._replicas_taken[device.uuid] = self._replicas_taken.get(device.uuid, 0) + 1
+            claim = (spec.namespace, spec.claim or "")
+            if spec.shared_claim and claim in self._shared:
+                self._shared[claim][2].add(uid)  # allocated already: the same devices
+            else:
+                if spec.shared_claim:
+                    self._shared[claim] = (name, devices, {uid})
+                taken = {d.id for d in devices}
+                node.free = [d for d in node.free if d.id not in taken]
+                for device in devices:
+                    if device.id != device.uuid:
+                        self._replicas_taken[device.uuid] = (
+                            self._replicas_taken.get(device.uuid, 0) + 1
+                        )
             pod.status, pod.node, pod.devices, pod.unschedulable = (
                 "ContainerCreating",
                 name,
@@ -549,6 +599,10 @@ class Cluster:
             self._push(t + spec.pull_s, "start", uid)
 
     def _place(self, spec: PodSpec) -> tuple[str, tuple[Device, ...]] | None:
+        if spec.shared_claim and spec.claim is not None:
+            allocated = self._shared.get((spec.namespace, spec.claim))
+            if allocated is not None:  # the claim's node and devices, whoever else uses them
+                return allocated[0], allocated[1]
         best: tuple[int, str, list[Device]] | None = None
         for name, node in self._nodes.items():
             if spec.pool not in (None, node.layout.pool):

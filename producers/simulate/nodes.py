@@ -4,12 +4,19 @@ kubelet's allocations and the PID-to-pod map following the cluster's changes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from producers.agent.assemble import SharingConfig
 from producers.agent.loop import Clock, NodeAgent, Publish
 from producers.agent.readings import DeviceAllocation, PodRef
+from producers.podresources.dra import (
+    ClaimDevice,
+    DeviceKey,
+    DraDevice,
+    claim_allocations,
+    table_from_slices,
+)
 from producers.simulate.cluster import (
     Change,
     PodBound,
@@ -21,7 +28,7 @@ from producers.simulate.cluster import (
     ProcessStopped,
 )
 from producers.simulate.gpus import SimReader, SimWorkload
-from producers.simulate.topology import NodeLayout
+from producers.simulate.topology import DRA_DRIVER, Device, NodeLayout, resource_slice
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid
 
@@ -31,11 +38,18 @@ log = logging.getLogger(__name__)
 
 
 class PodTable:
-    """One node's PodResolver and AllocationSource: what the kubelet and /proc would say."""
+    """One node's PodResolver and AllocationSource: what the kubelet and /proc would say.
 
-    def __init__(self) -> None:
+    A DRA node's claim devices are listed as the kubelet lists them (driver, pool, device
+    name) and turned into GPU uuids by the agent's own code, with the node's ResourceSlice
+    as the table.
+    """
+
+    def __init__(self, slices: Mapping[DeviceKey, DraDevice] | None = None) -> None:
         self._pids: dict[int, PodRef] = {}
         self._allocations: dict[str, DeviceAllocation] = {}
+        self._claims: dict[str, tuple[ClaimDevice, ...]] = {}
+        self._slices: Mapping[DeviceKey, DraDevice] = slices or {}
         self._listed: tuple[DeviceAllocation, ...] | None = ()
 
     def resolve(self, pid: int) -> PodRef | None:
@@ -45,8 +59,29 @@ class PodTable:
     def list_allocations(self) -> tuple[DeviceAllocation, ...] | None:
         """Every pod's devices on this node (the same tuple until they change)."""
         if self._listed is None:
-            self._listed = tuple(self._allocations.values())
+            uses = [use for uses in self._claims.values() for use in uses]
+            claimed, _ = claim_allocations(uses, self._slices)
+            self._listed = tuple(self._allocations.values()) + claimed
         return self._listed
+
+    def claim(self, spec: PodSpec, devices: tuple[Device, ...], pod_uid: str | None = None) -> None:
+        """A pod's container uses its claim's devices (named as in the node's slice)."""
+        node_pool = next(iter(self._slices), None)
+        pool = node_pool[1] if node_pool is not None else ""
+        self._claims[spec.uid] = tuple(
+            ClaimDevice(
+                pod_uid=PodUid(pod_uid or spec.uid),
+                namespace=spec.namespace,
+                pod=spec.name,
+                container=spec.container,
+                claim=f"{spec.namespace}/{spec.claim}",
+                driver=DRA_DRIVER,
+                pool=pool,
+                device=device.dra_name or device.id,
+            )
+            for device in devices
+        )
+        self._listed = None
 
     def allocate(
         self, spec: PodSpec, device_ids: tuple[str, ...], pod_uid: str | None = None
@@ -68,6 +103,8 @@ class PodTable:
     def release(self, uid: str) -> None:
         """The pod's devices are free again."""
         if self._allocations.pop(uid, None) is not None:
+            self._listed = None
+        if self._claims.pop(uid, None) is not None:
             self._listed = None
 
     def add_process(self, pid: int, uid: str, container: str) -> None:
@@ -113,7 +150,10 @@ class NodeFleet:
         self._specs: dict[str, PodSpec] = {}
         for layout in layouts:
             reader = SimReader(layout.gpus, seed=hash_seed(seed, layout.name), now=clock.time)
-            table = PodTable()
+            slices = (
+                table_from_slices([resource_slice(layout)], {DRA_DRIVER}) if layout.dra else None
+            )
+            table = PodTable(slices)
             sharing = (
                 SharingConfig(default="time-slicing") if layout.sharing == "time-slicing" else None
             )
@@ -136,8 +176,12 @@ class NodeFleet:
             self._specs[change.spec.uid] = change.spec
         elif isinstance(change, PodBound):
             spec = self._specs[change.uid]
-            ids = tuple(device.id for device in change.devices)
-            self.nodes[change.node].table.allocate(spec, ids, self._uid_of(spec.uid))
+            table = self.nodes[change.node].table
+            if spec.claim is not None:
+                table.claim(spec, change.devices, self._uid_of(spec.uid))
+            else:
+                ids = tuple(device.id for device in change.devices)
+                table.allocate(spec, ids, self._uid_of(spec.uid))
         elif isinstance(change, PodFinished | PodDeleted):
             for node in self.nodes.values():
                 node.table.release(change.uid)

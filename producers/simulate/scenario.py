@@ -73,6 +73,9 @@ class NodePool(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     mig_profiles: tuple[str, ...] = ()
     """mig: the instances each GPU is split into, e.g. [3g.40gb, 2g.20gb, 1g.10gb]."""
     instance_type: str | None = None
+    dra: bool = False
+    """GPUs handed out by the NVIDIA DRA driver (ResourceClaims, device class
+    gpu.nvidia.com; ResourceSlices name each device's uuid) instead of the device plugin."""
 
 
 class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -94,6 +97,10 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     mig_profile: str | None = None
     pool: Name | None = None
     """Only nodes of this pool (a nodeSelector)."""
+    claim: Literal["per-pod", "shared"] | None = None
+    """GPUs through a ResourceClaim (a DRA pool's): `per-pod` from a ResourceClaimTemplate,
+    one claim per pod; `shared`: every pod of the workload uses the one claim
+    `<name>-gpus` and so the same GPUs, on the same node. None: the device plugin."""
     priority_class: str | None = None
     owner: Literal["job", "deployment", "statefulset", "none"] | None = None
     """Default: job for training and idle, deployment for inference, crashloop and dev,
@@ -268,6 +275,8 @@ def _pool_problems(index: int, pool: NodePool) -> Iterator[str]:
     if pool.model not in GPU_MODELS:
         yield f"{at}.model: unknown GPU model {pool.model!r} (known: {', '.join(GPU_MODELS)})"
         return
+    if pool.dra and pool.sharing == "time-slicing":
+        yield f"{at}.dra: a DRA pool shares GPUs through shared claims, not replicas"
     if pool.sharing == "time-slicing" and pool.replicas is None:
         yield f"{at}.replicas: time-slicing needs replicas (2 or more)"
     if pool.sharing != "time-slicing" and pool.replicas is not None:
@@ -319,6 +328,16 @@ def _workload_problems(index: int, w: Workload, pools: dict[str, NodePool]) -> I
         yield f"{at}.recreate_after_s: a leaking pod is watched by name, it cannot be recreated"
     if w.gpus == 0 and w.mig_profile is not None:
         yield f"{at}.gpus: a mig_profile needs gpus of 1 or more"
+    if w.claim is not None:
+        dra = [p.pool for p in pools.values() if p.dra and w.pool in (None, p.pool)]
+        if not dra:
+            yield f"{at}.claim: no DRA pool (dra: true) for the claim"
+        if w.gpus == 0:
+            yield f"{at}.gpus: a claim needs gpus of 1 or more"
+        if w.claim == "shared" and w.unallocated_gpus:
+            yield f"{at}.unallocated_gpus: not with a shared claim"
+    elif w.pool is not None and w.pool in pools and pools[w.pool].dra and w.gpus:
+        yield f"{at}.claim: pool {w.pool} hands out GPUs through claims only (claim: per-pod)"
     for field, span, low, high in (
         ("start_s", w.start_s, -30 * 86_400.0, 30 * 86_400.0),
         ("pull_s", w.pull_s, 0.0, 3600.0),

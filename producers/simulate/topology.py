@@ -6,21 +6,39 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from dataclasses import dataclass
+from typing import Any
 
 from producers.simulate.gpus import GPU_MODELS, SimGpu
 from producers.simulate.node import sim_gpu_uuid
 from producers.simulate.scenario import NodePool, Scenario, mig_instance_bytes, node_names
 from schemas.fields import DEFAULT_CLUSTER
 
-__all__ = ["GPU_RESOURCE", "Device", "NodeLayout", "layout", "mig_resource"]
+__all__ = [
+    "DRA_DRIVER",
+    "GPU_RESOURCE",
+    "Device",
+    "NodeLayout",
+    "dra_resource",
+    "layout",
+    "mig_resource",
+    "resource_slice",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DRA_DRIVER = "gpu.nvidia.com"
+"""The NVIDIA DRA driver: its GPUs are ResourceSlice devices `gpu-<minor>`."""
 INSTANCE_TYPES = {"h100": "p5.48xlarge", "h200": "p5en.48xlarge", "l40s": "g6e.48xlarge"}
 
 
 def mig_resource(profile: str) -> str:
     """The extended resource of a MIG profile under the `mixed` strategy."""
     return f"nvidia.com/mig-{profile}"
+
+
+def dra_resource(profile: str | None) -> str:
+    """What a claim's GPU (or MIG device of `profile`) is called in allocations, as the
+    agent names it (`producers.podresources.dra.DraDevice.resource`)."""
+    return f"{DRA_DRIVER}/gpu" if profile is None else f"{DRA_DRIVER}/mig-{profile}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +49,9 @@ class Device:
     id: str
     uuid: str
     resource: str
+    dra_name: str | None = None
+    """The device's name in its node's ResourceSlice (`gpu-3`) when the DRA driver hands it
+    out; None for the device plugin's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +78,14 @@ class NodeLayout:
         """GPU resources the node advertises, by name."""
         out: dict[str, int] = {GPU_RESOURCE: 0} if self.sharing == "mig" else {}
         for device in self.devices:
-            out[device.resource] = out.get(device.resource, 0) + 1
+            if device.dra_name is None:  # DRA devices are in ResourceSlices, not capacity
+                out[device.resource] = out.get(device.resource, 0) + 1
         return out
+
+    @property
+    def dra(self) -> bool:
+        """Whether the DRA driver hands out this node's GPUs."""
+        return any(device.dra_name is not None for device in self.devices)
 
     @property
     def compute_uuids(self) -> tuple[str, ...]:
@@ -101,9 +128,16 @@ def _node(pool: NodePool, name: str, cluster: str) -> NodeLayout:
                     mig_profile=profile,
                 )
                 gpus.append(instance)
-                devices.append(Device(instance.uuid, instance.uuid, mig_resource(profile)))
+                if pool.dra:
+                    dra_name = f"gpu-{i}-mig-{profile.replace('.', '')}-{j}"
+                    resource = dra_resource(profile)
+                else:
+                    dra_name, resource = None, mig_resource(profile)
+                devices.append(Device(instance.uuid, instance.uuid, resource, dra_name))
         elif pool.sharing == "time-slicing":
             devices += [Device(f"{gpu.uuid}::{r}", gpu.uuid, GPU_RESOURCE) for r in range(replicas)]
+        elif pool.dra:
+            devices.append(Device(gpu.uuid, gpu.uuid, dra_resource(None), f"gpu-{i}"))
         else:
             devices.append(Device(gpu.uuid, gpu.uuid, GPU_RESOURCE))
     return NodeLayout(
@@ -122,3 +156,42 @@ def layout(scenario: Scenario, cluster: str = DEFAULT_CLUSTER) -> tuple[NodeLayo
     """Every node of the scenario, pool by pool, in name order within a pool; the GPU uuids
     of a named cluster's nodes are its own."""
     return tuple(_node(pool, name, cluster) for pool in scenario.nodes for name in node_names(pool))
+
+
+def resource_slice(node: NodeLayout) -> dict[str, Any]:
+    """The ResourceSlice the NVIDIA DRA driver publishes for a DRA node: one pool named
+    after the node, each device with its `type`, `uuid` (and a MIG device's `parentUUID`
+    and `profile`) attributes and its memory."""
+    by_uuid = {gpu.uuid: gpu for gpu in node.gpus}
+    devices: list[dict[str, Any]] = []
+    for device in node.devices:
+        if device.dra_name is None:
+            continue
+        gpu = by_uuid[device.uuid]
+        attributes: dict[str, Any] = {
+            "type": {"string": "gpu" if gpu.parent_uuid is None else "mig"},
+            "uuid": {"string": gpu.uuid},
+            "productName": {"string": gpu.model},
+            "index": {"int": gpu.index},
+        }
+        if gpu.parent_uuid is not None and gpu.mig_profile is not None:
+            attributes["parentUUID"] = {"string": gpu.parent_uuid}
+            attributes["profile"] = {"string": gpu.mig_profile}
+        devices.append(
+            {
+                "name": device.dra_name,
+                "attributes": attributes,
+                "capacity": {"memory": {"value": str(gpu.mem_total_bytes)}},
+            }
+        )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-{DRA_DRIVER}"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }

@@ -749,10 +749,11 @@ def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> No
         rules = [rule for p in policies_of(tls, pod) for rule in p["spec"].get("egress", [])]
         ports[component] = {port["port"] for rule in rules for port in rule["ports"]}
     common = {53, 9093}  # DNS, Kafka (networkPolicy.kafkaTo)
+    # The node agent reaches the API server for its node's ResourceSlices.
     assert ports == {
         "worker": common, "sink-redis": common | {6380}, "sink-metrics": common,
         "k8s-watcher": common | {6443}, "node-agent": common | {6443}, "topics": common,
-    }  # fmt: skip  (the node agent reads its node's ResourceSlices)
+    }  # fmt: skip
     sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
     redis_policy = one(tls, "NetworkPolicy", "sink-redis")
     assert redis_policy["spec"]["podSelector"]["matchLabels"] == sink

@@ -225,3 +225,51 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     assert "free 5 (stranded 5)" in top, top
     assert "blocked 1" in top, top
     assert "blocked: wants 4, best node 2, 4 free" in rows["research/big-train-0"], top
+
+
+def test_dra_allocated_gpus_are_attributed_and_costed_as_worked_out_by_hand(
+    stack: Settings, demo_scope: dict[str, str]
+) -> None:
+    """The dra scenario (producers/simulate/scenarios/dra.yaml): the GPUs of dra-0 and
+    dra-1 come through ResourceClaims; the kubelet lists them by driver, pool and device
+    name, the node agents find their uuids in the nodes' ResourceSlices. About 900
+    simulated seconds at 30 times speed: train-dra's 4 pods are bound at 0 s and complete
+    at 605 s, each holding one GPU for 605 s at $4.00 per H100-hour: $0.6722 each. chat-dra's
+    2 pods share one claim's GPU: each pays half of it, together what chat-plugin-0 pays
+    for its GPU of the device plugin over the same time."""
+    argv = [str(GPUWATCH), "demo", "--scenario", "dra", "--speed", "30"]
+    argv += ["--duration", "32", "--no-ui"]
+    result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
+    assert result.returncode == 0, result.stderr + result.stdout
+
+    client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)
+    pods = {}
+    for state in ("queued", "running", "stalled", "finished"):
+        for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
+            fields = client.hgetall(f"gpuwatch:pod:{uid}")
+            pods[fields["pod"]] = fields
+    for i in range(4):
+        train = pods[f"train-dra-{i}"]
+        assert (train["state"], train["reason"]) == ("finished", "Completed"), train
+        assert float(train["cost_usd"]) == pytest.approx(605 * 4.0 / 3600, abs=0.0025), train
+        (gpu,) = json.loads(train["gpus"])
+        assert (gpu["sharing"], gpu["model"]) == ("exclusive", "NVIDIA H100 80GB HBM3"), gpu
+    trained_on = {json.loads(pods[f"train-dra-{i}"]["gpus"])[0]["uuid"] for i in range(4)}
+    assert len(trained_on) == 4
+    chat = [pods["chat-dra-0"], pods["chat-dra-1"]]
+    (shared,) = {json.loads(p["gpus"])[0]["uuid"] for p in chat}
+    assert all(json.loads(p["gpus"])[0]["sharing"] == "time-slicing" for p in chat)
+    assert shared not in trained_on
+    plugin = float(pods["chat-plugin-0"]["cost_usd"])
+    assert plugin > 0.5  # ~850 s at $4/h
+    halves = [float(p["cost_usd"]) for p in chat]
+    assert halves[0] == pytest.approx(plugin / 2, rel=0.02)
+    assert sum(halves) == pytest.approx(plugin, rel=0.02)
+
+    alerts = [json.loads(raw) for raw in client.hgetall("gpuwatch:alerts:firing").values()]
+    assert not [a for a in alerts if a["name"] == "GpuUnallocatedAccess"], alerts
+
+    top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
+    rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
+    assert rows["serving/chat-dra-0"].split()[1:3] == ["platform", "running"], top
+    assert shared[:12] in rows["serving/chat-dra-1"], top

@@ -83,6 +83,15 @@ def pod_object(spec: PodSpec, epoch: float) -> Obj:
     if spec.count == 0:  # a pod without a GPU request: CPU and memory only
         resources = {"cpu": "4", "memory": "16Gi"}
         container["resources"] = {"limits": dict(resources), "requests": dict(resources)}
+    if spec.claim is not None:  # GPUs through a ResourceClaim: no extended resource at all
+        del container["resources"]
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+        source = (
+            {"resourceClaimName": spec.claim}
+            if spec.shared_claim
+            else {"resourceClaimTemplateName": f"{spec.workload}-gpus"}
+        )
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", **source}]
     if spec.unallocated_gpus:  # how it reaches GPUs it was never given
         container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     if spec.pool is not None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from producers.k8s.objects import Pod
+from producers.k8s.objects import POD_DECODER, Pod
 from producers.k8s.selection import GpuResources, NodeSelection, PodSelection, effective_request
 
 GPUS = GpuResources.of(["nvidia.com/gpu", "nvidia.com/gpu.shared"], ["nvidia.com/mig-"])
@@ -136,3 +137,18 @@ def test_a_labelled_gpu_node_is_selected_before_its_device_plugin_registers() ->
         "status": {"capacity": {"cpu": "8"}},
     }
     assert NodeSelection(GPUS).wanted(node)
+
+
+def test_pods_with_resource_claims_are_selected_when_claim_pods_are_wanted() -> None:
+    p = pod([container("trainer")])
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "train-gpus"}]
+    assert effective_request(p, GPUS) == {}  # a claim's devices are no extended resource
+    assert PodSelection(GPUS, claims=True).wanted(p)
+    assert not PodSelection(GPUS).wanted(p)
+    p["spec"]["resourceClaims"] = []
+    assert not PodSelection(GPUS, claims=True).wanted(p)
+    # As the watcher decodes the API's JSON: the claims are kept.
+    raw = {"metadata": {"name": "t", "namespace": "ml"}, "spec": {"containers": [],
+           "resourceClaims": [{"name": "gpus", "resourceClaimName": "shared-gpu"}]}}  # fmt: skip
+    decoded = POD_DECODER.decode(json.dumps(raw).encode())
+    assert PodSelection(GPUS, claims=True).wanted(decoded)

@@ -307,3 +307,50 @@ workloads:
 
     assert kinds(changes) == [("PodCreated", 0.0), ("PodBound", 0.0), ("ContainerStarted", 1.0)]
     assert c.pod_named("web-0").status == "Running"
+
+
+DRA = """
+name: dra
+nodes:
+  - {pool: d, count: 2, gpus_per_node: 2, dra: true}
+workloads:
+  - {name: job, kind: training, pods: 2, claim: per-pod, pool: d, duration_s: 100, pull_s: 0}
+  - {name: chat, kind: inference, pods: 3, claim: shared, pool: d, pull_s: 0}
+  - {name: late, kind: training, pods: 2, claim: per-pod, pool: d, start_s: 10, pull_s: 0}
+"""
+
+
+def test_a_shared_claim_gives_its_pods_the_same_gpu_and_frees_it_with_the_last() -> None:
+    c = cluster(DRA)
+    c.advance(5.0)
+    # All of chat's pods on the one GPU of their claim.
+    chat = [c.pod_named(f"chat-{i}") for i in range(3)]
+    assert len({(p.node, p.devices) for p in chat}) == 1
+    (device,) = chat[0].devices
+    assert device.resource == "gpu.nvidia.com/gpu"
+    assert str(device.dra_name).startswith("gpu-")
+    assert {p.spec.claim for p in chat} == {"chat-gpus"}
+    assert c.pod_named("job-0").spec.claim == "job-0-gpus"
+    # 4 GPUs: job's 2 and chat's 1 taken; one of late's pods waits for job to end.
+    c.advance(50.0)
+    waiting = [n for n in ("late-0", "late-1") if c.pod_named(n).status == "Pending"]
+    assert len(waiting) == 1
+    assert c.pod_named(waiting[0]).unschedulable == (
+        "0/2 nodes are available: 2 Insufficient gpu.nvidia.com/gpu."
+    )
+    c.advance(150.0)
+    assert c.pod_named(waiting[0]).status == "Running"
+    assert c.free_devices("gpu.nvidia.com/gpu") == {"d-0": 0, "d-1": 1}
+
+
+def test_dra_nodes_advertise_no_extended_resource_and_publish_a_slice() -> None:
+    from producers.podresources.dra import table_from_slices
+    from producers.simulate.topology import resource_slice
+
+    nodes = layout(parse_scenario(DRA))
+    assert nodes[0].capacity == {}
+    assert nodes[0].dra
+    table = table_from_slices([resource_slice(nodes[0])], {"gpu.nvidia.com"})
+    assert {(name, d.uuid) for (_, _, name), d in table.items()} == {
+        (f"gpu-{g.index}", g.uuid) for g in nodes[0].gpus
+    }

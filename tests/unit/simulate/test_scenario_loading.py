@@ -47,7 +47,7 @@ def scenario_with(extra: str) -> str:
 
 
 def test_the_shipped_scenarios_load_by_name_and_by_path() -> None:
-    assert scenario_names() == ["fleet", "incident", "small"]
+    assert scenario_names() == ["dra", "fleet", "incident", "small"]
     for name in scenario_names():
         by_name = load_scenario(name)
         assert by_name.name == name
@@ -123,6 +123,20 @@ def test_spans_are_numbers_or_pairs() -> None:
             "$.nodes[0].mig_profiles: only for sharing: mig",
         ),
         ("name: x\nnodes:\n  - pool: a\n  - pool: a\n", "$.nodes[1].pool: 'a' is named twice"),
+        (
+            "name: x\nnodes:\n  - {pool: d, dra: true, sharing: time-slicing, replicas: 2}\n",
+            "$.nodes[0].dra: a DRA pool shares GPUs through shared claims, not replicas",
+        ),
+        (
+            "name: x\nnodes:\n  - {pool: d, dra: true}\nworkloads:\n"
+            "  - {name: w, kind: training, pool: d}\n",
+            "$.workloads[0].claim: pool d hands out GPUs through claims only",
+        ),
+        (
+            "name: x\nnodes:\n  - {pool: d, dra: true}\nworkloads:\n"
+            "  - {name: w, kind: training, claim: shared, gpus: 0}\n",
+            "$.workloads[0].gpus: a claim needs gpus of 1 or more",
+        ),
     ],
 )
 def test_each_error_names_the_field(text: str, expected: str) -> None:
@@ -145,6 +159,8 @@ def test_each_error_names_the_field(text: str, expected: str) -> None:
             "$.workloads[0].mig_profile: no pool a offers 1g.10gb",
         ),
         ("    mig_profile: 1g.10gb\n    gpus: 0\n", "$.workloads[0].gpus: a mig_profile needs"),
+        ("    claim: per-pod\n", "$.workloads[0].claim: no DRA pool (dra: true) for the claim"),
+        ("    claim: single\n", "`$.workloads[0].claim`"),
         ("    duration_s: [120, 60]\n", "$.workloads[0].duration_s: [low, high] with low <= high"),
         ("    mem_fraction: 1.5\n", "$.workloads[0].mem_fraction: must be within 0 and 1"),
         ("    peak_util_pct: [50, 150]\n", "$.workloads[0].peak_util_pct: must be within"),
@@ -223,7 +239,9 @@ def test_several_problems_are_reported_together() -> None:
 
 
 def test_an_unknown_name_lists_the_shipped_scenarios() -> None:
-    with pytest.raises(ScenarioError, match=r"no scenario named 'huge' \(shipped: fleet, incident"):
+    with pytest.raises(
+        ScenarioError, match=r"no scenario named 'huge' \(shipped: dra, fleet, incident"
+    ):
         load_scenario("huge")
 
 

@@ -17,7 +17,7 @@ PACKAGE = Path(producers.simulate.__file__).resolve().parent
 
 def test_the_scenarios_live_in_the_package_and_nowhere_else() -> None:
     assert SCENARIOS_DIR == PACKAGE / "scenarios"
-    assert scenario_names() == ["fleet", "incident", "small"]
+    assert scenario_names() == ["dra", "fleet", "incident", "small"]
     assert not (ROOT / "scenarios").exists(), "a second copy at the top level"
 
 
@@ -31,5 +31,11 @@ def test_the_package_data_globs_take_every_scenario_file() -> None:
     # setuptools resolves package-data globs relative to the package's directory.
     taken = {path for pattern in globs for path in PACKAGE.glob(pattern) if path.is_file()}
     shipped = {path for path in SCENARIOS_DIR.iterdir() if path.is_file()}
-    assert {p.name for p in shipped} == {"README.md", "fleet.yaml", "incident.yaml", "small.yaml"}
+    assert {p.name for p in shipped} == {
+        "README.md",
+        "dra.yaml",
+        "fleet.yaml",
+        "incident.yaml",
+        "small.yaml",
+    }
     assert taken == shipped

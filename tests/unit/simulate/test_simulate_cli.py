@@ -27,7 +27,7 @@ def test_the_help_names_the_scenarios_and_the_speed(capsys: pytest.CaptureFixtur
         build_parser().parse_args(["simulate", "--help"])
 
     text = " ".join(capsys.readouterr().out.split())
-    assert "small, fleet, incident" in text
+    assert "small, fleet, incident, dra" in text
     assert "--speed 10 shows ten simulated minutes per real minute" in text
 
 
@@ -35,8 +35,8 @@ def test_list_prints_each_shipped_scenario(capsys: pytest.CaptureFixture[str]) -
     assert main(["simulate", "--list"]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["fleet", "incident", "small"]
-    assert "320 GPUs" in lines[0]
+    assert [line.split()[0] for line in lines] == ["dra", "fleet", "incident", "small"]
+    assert "320 GPUs" in lines[1]
 
 
 @pytest.mark.parametrize(
