@@ -27,6 +27,7 @@ from .gpu_window import GpuWindow, PodWindowShare
 from .ids import AlertFingerprint, GpuUuid, NodeName, PodUid
 from .k8s_node import K8sNode
 from .k8s_pod import Condition, ContainerStatus, K8sPod, Owner, PodPhase
+from .k8s_workload import K8sWorkload, WorkloadCondition
 from .nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 from .pod_lifecycle import PodLifecycle
 from .pod_usage import GpuUsage, PodUsage
@@ -56,6 +57,7 @@ __all__ = [
     "K8sEventType",
     "K8sNode",
     "K8sPod",
+    "K8sWorkload",
     "KeyKind",
     "Labels",
     "LifecycleState",
@@ -76,6 +78,7 @@ __all__ = [
     "TopicSpec",
     "UnknownSchemaVersion",
     "Value",
+    "WorkloadCondition",
     "WrongSchema",
 ]
 __all__ += topics.__all__

@@ -24,7 +24,13 @@ T = TypeVar("T", bound=msgspec.Struct)
 DAY_MS = 86_400_000  # topic retentions are whole days
 
 KeyKind = Literal[
-    "node", "pod_uid", "gpu_uuid", "alert_fingerprint", "source_topic", "cluster/product/resource"
+    "node",
+    "pod_uid",
+    "gpu_uuid",
+    "alert_fingerprint",
+    "source_topic",
+    "cluster/product/resource",
+    "workload_uid",
 ]
 """What a topic's message key holds (always as a UTF-8 string)."""
 

@@ -256,6 +256,40 @@ CAPACITY: Final[dict[str, Any]] = {
     "product": "NVIDIA-H100-80GB-HBM3",
 }
 
+# A Kueue Workload of a 4-pod Job waiting for quota (not in DESIGN.md: added with the topic).
+K8S_WORKLOAD: Final[dict[str, Any]] = {
+    "schema": "gpuwatch.k8s.workload/v1",
+    "type": "MODIFIED",
+    "ts": 1764412345000,
+    "resource_version": "912377",
+    "uid": "0b1c2d3e-4f50-4617-8829-3a4b5c6d7e8f",
+    "namespace": "research",
+    "name": "job-llm-pretrain-3f2a1",
+    "created_at": 1764411100000,
+    "queue": "research",
+    "cluster_queue": None,
+    "priority": 100,
+    "priority_class": "research",
+    "active": True,
+    "pods": 4,
+    "gpu_request": {"nvidia.com/gpu": 32},
+    "conditions": [
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Pending",
+            "message": "couldn't assign flavors to pod set main: insufficient unused quota "
+            "for nvidia.com/gpu in flavor h100, 24 more needed",
+            "at": 1764411101000,
+        }
+    ],
+    "owner": {"kind": "Job", "name": "llm-pretrain"},
+    "job_uid": "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908",
+    "labels": {"team": "vision", "project": "llm-pretrain"},
+    "admitted_at": None,
+    "finished_at": None,
+}
+
 DEADLETTER: Final[dict[str, Any]] = {
     "schema": "gpuwatch.deadletter/v1",
     "source_topic": "gpuwatch.nvml.samples",
@@ -280,6 +314,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         GPU_WINDOW,
         ALERT,
         CAPACITY,
+        K8S_WORKLOAD,
         DEADLETTER,
     )
 }

@@ -102,6 +102,21 @@ class K8sPod(Value, frozen=True, kw_only=True, omit_defaults=True):
             "selector and required node affinity allow; null: any (added within v1)"
         ),
     ] = None
+    controller_uid: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="uid of the pod's controller (its ownerReference with controller: "
+            "true, e.g. the Job); a Kueue Workload names the same uid as its owner, which "
+            "links a queued workload to its pods; null: no controller (added within v1)"
+        ),
+    ] = None
+    scheduling_gates: Annotated[
+        tuple[str, ...] | None,
+        msgspec.Meta(
+            description="spec.schedulingGates by name (kueue.x-k8s.io/admission: held by "
+            "Kueue until admitted); null: none (added within v1)"
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

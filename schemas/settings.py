@@ -411,6 +411,9 @@ class WatcherSettings(BaseModel):
     extra_pods: tuple[str, ...] = ()
     """`namespace/name` of pods to publish though they request no GPU (a GPU reached
     through NVIDIA_VISIBLE_DEVICES)."""
+    watch_workloads: bool = True
+    """Watch Kueue's Workloads (`k8s.workloads`) where the cluster serves them; with
+    Kueue absent nothing is asked but, every 5 minutes, whether it is there now."""
     claim_pods: bool = True
     """Publish pods that use ResourceClaims (GPUs allocated through DRA): their GPU
     request is no extended resource, so they are published with an empty `gpu_request`,
@@ -539,6 +542,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WATCH_GPU_RESOURCE_PREFIXES": ("watcher", "gpu_resource_prefixes"),
     "GPUWATCH_WATCH_EXTRA_PODS": ("watcher", "extra_pods"),
     "GPUWATCH_WATCH_CLAIM_PODS": ("watcher", "claim_pods"),
+    "GPUWATCH_WATCH_WORKLOADS": ("watcher", "watch_workloads"),
     "GPUWATCH_POD_LABEL_ALLOWLIST": ("watcher", "pod_label_allowlist"),
     "GPUWATCH_NODE_LABEL_ALLOWLIST": ("watcher", "node_label_allowlist"),
     "GPUWATCH_WATCHER_METRICS_PORT": ("watcher", "metrics_port"),

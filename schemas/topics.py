@@ -10,6 +10,7 @@ from . import (
     gpu_window,
     k8s_node,
     k8s_pod,
+    k8s_workload,
     nvml_sample,
     pod_lifecycle,
     pod_usage,
@@ -26,6 +27,7 @@ __all__ = [
     "GPU_WINDOWS",
     "K8S_NODES",
     "K8S_PODS",
+    "K8S_WORKLOADS",
     "NVML_SAMPLES",
     "POD_KEYED",
     "POD_LIFECYCLE",
@@ -39,6 +41,7 @@ DEFAULT_TOPIC_PREFIX: Final = "gpuwatch."
 NVML_SAMPLES: Final = nvml_sample.TOPIC
 K8S_PODS: Final = k8s_pod.TOPIC
 K8S_NODES: Final = k8s_node.TOPIC
+K8S_WORKLOADS: Final = k8s_workload.TOPIC
 POD_USAGE: Final = pod_usage.TOPIC
 POD_LIFECYCLE: Final = pod_lifecycle.TOPIC
 ATTRIBUTION: Final = attribution.TOPIC
@@ -57,9 +60,11 @@ ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     GPU_WINDOWS,
     ALERTS,
     CAPACITY,
+    K8S_WORKLOADS,
     DEADLETTER,
 )
-"""All topics, in the order of DESIGN.md section 3 (`capacity` added before `deadletter`)."""
+"""All topics, in the order of DESIGN.md section 3 (`capacity` and `k8s.workloads` added
+before `deadletter`)."""
 
 POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
     spec for spec in ALL_TOPICS if spec.key == "pod_uid"

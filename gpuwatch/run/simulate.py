@@ -36,7 +36,7 @@ from producers.simulate.scenario import (
     with_overrides,
 )
 from schemas.settings import Settings
-from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
+from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES
 
 __all__ = [
     "ScenarioError",
@@ -120,7 +120,8 @@ def _check_topics(settings: Settings) -> None:
     from gpuwatch import kafka
 
     prefix = settings.kafka.topic_prefix
-    wanted = {spec.full_name(prefix) for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES)}
+    inputs = (NVML_SAMPLES, K8S_PODS, K8S_NODES, K8S_WORKLOADS)
+    wanted = {spec.full_name(prefix) for spec in inputs}
     try:
         rows = kafka.describe_topics(settings)
     except kafka.TopicAdminError as exc:

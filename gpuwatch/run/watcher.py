@@ -1,4 +1,4 @@
-"""Wires `gpuwatch k8s-watcher`: the cluster's API, two Kafka topics, metrics, signals."""
+"""Wires `gpuwatch k8s-watcher`: the cluster's API, three Kafka topics, metrics, signals."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from producers.k8s.watcher import K8sWatcher
 from producers.kafka import KafkaSender
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
-from schemas.topics import K8S_NODES, K8S_PODS
+from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +69,14 @@ class WatcherService:
         self.publishers = {
             K8S_PODS.name: _publisher(settings, K8S_PODS),
             K8S_NODES.name: _publisher(settings, K8S_NODES),
+            K8S_WORKLOADS.name: _publisher(settings, K8S_WORKLOADS),
         }
         self.watcher = K8sWatcher(
             api,
             settings.watcher,
             emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
             emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
+            emit_workload=_emitter(self.publishers[K8S_WORKLOADS.name], K8S_WORKLOADS),
             cluster=settings.cluster.name,
         )
         self.registry = CollectorRegistry()
@@ -132,7 +134,7 @@ def run(settings: Settings, options: WatcherOptions) -> int:
     watcher = settings.watcher
     log.info(
         "k8s watcher started cluster=%s api=%s namespaces=%s selector=%s gpu_resources=%s "
-        "gpu_prefixes=%s topics=%s,%s metrics=%s:%d",
+        "gpu_prefixes=%s topics=%s,%s,%s metrics=%s:%d",
         settings.cluster.name,
         service.api.host,
         ",".join(watcher.namespaces) or "*",
@@ -141,6 +143,7 @@ def run(settings: Settings, options: WatcherOptions) -> int:
         ",".join(watcher.gpu_resource_prefixes),
         K8S_PODS.full_name(settings.kafka.topic_prefix),
         K8S_NODES.full_name(settings.kafka.topic_prefix),
+        K8S_WORKLOADS.full_name(settings.kafka.topic_prefix),
         settings.metrics.bind,
         watcher.metrics_port,
     )

@@ -19,16 +19,19 @@ __all__ = [
     "WatchLines",
 ]
 
-Resource = Literal["pods", "nodes"]
+Resource = Literal["pods", "nodes", "workloads"]
+"""Pods and nodes (core/v1), Kueue's Workloads (kueue.x-k8s.io, at `Collection.version`)."""
 
 
 @dataclass(frozen=True)
 class Collection:
-    """What one list+watch covers: a resource, one namespace or all, a label selector."""
+    """What one list+watch covers: a resource, one namespace or all, a label selector; a
+    custom resource at the served `version` of its group."""
 
     resource: Resource
     namespace: str | None = None
     label_selector: str | None = None
+    version: str | None = None
 
     def __str__(self) -> str:
         where = f"/{self.namespace}" if self.namespace else ""
@@ -85,4 +88,9 @@ class KubeApi(Protocol):
 
     def get_controller(self, kind: str, namespace: str, name: str) -> bytes | None:
         """A ReplicaSet or Job body; None when it does not exist or may not be read."""
+        ...
+
+    def served_versions(self, group: str) -> tuple[str, ...] | None:
+        """The versions of an API group the server serves, its preferred one first; None
+        when it serves none (a CRD not installed)."""
         ...

@@ -77,6 +77,7 @@ class KubernetesApi:
         self._core = kube.CoreV1Api(api_client)
         self._apps = kube.AppsV1Api(api_client)
         self._batch = kube.BatchV1Api(api_client)
+        self._custom = kube.CustomObjectsApi(api_client)
 
     @classmethod
     def for_host(cls, url: str) -> KubernetesApi:
@@ -196,11 +197,33 @@ class KubernetesApi:
             raise ApiError(f"{kind} {namespace}/{name}: no answer: {exc!r}") from exc
         return _body(response, f"{kind} {namespace}/{name}")
 
+    def served_versions(self, group: str) -> tuple[str, ...] | None:
+        """The served versions of `group`, preferred first; None when it is not served."""
+        try:
+            body = json.loads(self.call("GET", f"/apis/{group}"))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        except ValueError as exc:
+            raise ApiError(f"/apis/{group}: not JSON: {exc}") from exc
+        versions = [v.get("version") for v in body.get("versions") or () if isinstance(v, dict)]
+        preferred = (body.get("preferredVersion") or {}).get("version")
+        ordered = [preferred, *versions] if preferred else versions
+        return tuple(dict.fromkeys(v for v in ordered if isinstance(v, str) and v)) or None
+
     def _request(self, collection: Collection, **options: Any) -> Any:
         options["_preload_content"] = False
         if collection.label_selector:
             options["label_selector"] = collection.label_selector
         try:
+            if collection.resource == "workloads":
+                custom = ("kueue.x-k8s.io", collection.version or "v1beta2", "workloads")
+                if collection.namespace:
+                    return self._custom.list_namespaced_custom_object(
+                        custom[0], custom[1], collection.namespace, custom[2], **options
+                    )
+                return self._custom.list_cluster_custom_object(*custom, **options)
             if collection.resource == "nodes":
                 return self._core.list_node(**options)
             if collection.namespace:

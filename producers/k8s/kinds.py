@@ -32,12 +32,21 @@ from producers.k8s.objects import (
 from producers.k8s.owners import OwnerResolver
 from producers.k8s.resync import Observed
 from producers.k8s.selection import NodeSelection, PodSelection
+from producers.k8s.workloads import (
+    WORKLOAD_DECODER,
+    Workload,
+    decode_workload_list,
+    normalise_workload,
+    workload_key,
+    workload_stamps,
+)
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 
 O = TypeVar("O")  # noqa: E741 - the object type, as in the API's own generics
-V = TypeVar("V", K8sPod, K8sNode)
-K = TypeVar("K", Pod, Node)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
+K = TypeVar("K", Pod, Node, Workload)
 S_contra = TypeVar("S_contra", contravariant=True)
 
 
@@ -137,6 +146,32 @@ class PodKind(_ApiKind[Pod]):
         owner = self.owners.resolve(meta.get("namespace") or "", meta.get("ownerReferences"))
         value = normalise_pod(obj, self.rules, owner)
         return Observed(value.uid, value.resource_version, value, pod_stamps(obj))
+
+
+class _Everything:
+    """Every workload is published: Kueue admits GPU and CPU jobs alike, and a queue's
+    story is told whole (`gpu_request` says which want GPUs)."""
+
+    def wanted(self, obj: Workload) -> bool:
+        return True
+
+
+class WorkloadKind(_ApiKind[Workload]):
+    """Kueue Workloads: keyed by uid, every one, owners resolved as a pod's are."""
+
+    resource: Resource = "workloads"
+
+    def __init__(self, rules: PodRules, owners: OwnerResolver) -> None:
+        super().__init__(_Everything(), workload_key, decode_workload_list, WORKLOAD_DECODER)
+        self.rules = rules
+        self.owners = owners
+
+    def observe(self, obj: Workload) -> Observed[K8sWorkload]:
+        """The workload's value, its job's owner resolved."""
+        meta = obj.get("metadata") or {}
+        owner = self.owners.resolve(meta.get("namespace") or "", meta.get("ownerReferences"))
+        value = normalise_workload(obj, self.rules, owner)
+        return Observed(value.uid, value.resource_version, value, workload_stamps(obj))
 
 
 class NodeKind(_ApiKind[Node]):

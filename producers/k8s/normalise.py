@@ -25,6 +25,7 @@ from producers.k8s.objects import (
     PodSpec,
     parse_time,
 )
+from producers.k8s.owners import controller_of
 from producers.k8s.selection import GpuResources, effective_request
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import NodeName, PodUid
@@ -216,6 +217,8 @@ def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
         queue=queue or None,
         cluster=rules.cluster,
         gpu_products=gpu_products(spec),
+        controller_uid=(controller_of(meta.get("ownerReferences")) or {}).get("uid") or None,
+        scheduling_gates=_gates(spec),
     )
 
 
@@ -255,6 +258,12 @@ def gpu_products(spec: PodSpec) -> tuple[str, ...] | None:
 
 def _phase(phase: str) -> PodPhase:
     return phase if phase in _PHASES else "Unknown"  # type: ignore[return-value]
+
+
+def _gates(spec: PodSpec) -> tuple[str, ...] | None:
+    """The names of the pod's scheduling gates; None when it has none."""
+    names = tuple(name for gate in spec.get("schedulingGates") or () if (name := gate.get("name")))
+    return names or None
 
 
 def pod_stamps(pod: Pod) -> Stamps:

@@ -36,6 +36,7 @@ __all__ = [
     "StatusError",
     "WatchEvent",
     "decode_event",
+    "decode_list",
     "decode_node_list",
     "decode_owner",
     "decode_pod_list",
@@ -101,6 +102,10 @@ class Affinity(TypedDict, total=False):
     nodeAffinity: NodeAffinity | None
 
 
+class SchedulingGate(TypedDict, total=False):
+    name: str | None
+
+
 class PodResourceClaim(TypedDict, total=False):
     """One entry of `spec.resourceClaims`: a claim by name, or made from a template."""
 
@@ -117,6 +122,7 @@ class PodSpec(TypedDict, total=False):
     nodeSelector: dict[str, str] | None
     affinity: Affinity | None
     resourceClaims: list[PodResourceClaim] | None
+    schedulingGates: list[SchedulingGate] | None
 
 
 class Condition(TypedDict, total=False):
@@ -235,7 +241,9 @@ class Page(Generic[T]):
 _LIST = msgspec.json.Decoder(_List)
 
 
-def _decode_list(raw: bytes, decoder: msgspec.json.Decoder[T], kind: str) -> Page[T]:
+def decode_list(raw: bytes, decoder: msgspec.json.Decoder[T], kind: str) -> Page[T]:
+    """A list body of `kind` (PodList...), each item through `decoder`; MalformedObject
+    when it does not have the shape of a list, an unusable item skipped and counted."""
     try:
         decoded = _LIST.decode(raw)
     except msgspec.DecodeError as exc:
@@ -254,12 +262,12 @@ def _decode_list(raw: bytes, decoder: msgspec.json.Decoder[T], kind: str) -> Pag
 
 def decode_pod_list(raw: bytes) -> Page[Pod]:
     """A PodList body; MalformedObject when it does not have the shape of one."""
-    return _decode_list(raw, POD_DECODER, "PodList")
+    return decode_list(raw, POD_DECODER, "PodList")
 
 
 def decode_node_list(raw: bytes) -> Page[Node]:
     """A NodeList body; MalformedObject when it does not have the shape of one."""
-    return _decode_list(raw, NODE_DECODER, "NodeList")
+    return decode_list(raw, NODE_DECODER, "NodeList")
 
 
 _OWNED = msgspec.json.Decoder(OwnedObject)

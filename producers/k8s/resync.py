@@ -25,6 +25,7 @@ from producers.k8s.normalise import Stamps
 from schemas.fields import K8sEventType
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 
 __all__ = [
     "Observed",
@@ -36,7 +37,7 @@ __all__ = [
     "relist",
 ]
 
-V = TypeVar("V", K8sPod, K8sNode)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -71,7 +72,7 @@ class Relisted(Generic[V]):
 
 def content(value: V) -> V:
     """The value without what changes on every event: type, ts and resource_version."""
-    if isinstance(value, K8sPod):
+    if isinstance(value, K8sPod | K8sWorkload):
         return msgspec.structs.replace(value, type="ADDED", ts=0, resource_version="")
     return msgspec.structs.replace(value, type="ADDED", ts=0)
 

@@ -1,5 +1,6 @@
 """The Kubernetes watcher: one list+watch of nodes and one of pods per namespace (or one
-for all), each on its own thread, publishing through the given emitters."""
+for all), each on its own thread, publishing through the given emitters; and Kueue's
+Workloads the same way where the cluster serves them (`KueueWatches`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,23 @@ from collections.abc import Callable
 from typing import Any
 
 from producers.k8s.api import ApiError, Collection, KubeApi
-from producers.k8s.kinds import NodeKind, PodKind
+from producers.k8s.kinds import NodeKind, PodKind, WorkloadKind
 from producers.k8s.normalise import NodeRules, PodRules
 from producers.k8s.objects import MalformedObject, OwnerReference, decode_owner
 from producers.k8s.owners import Lookup, LookupFailed, OwnerResolver, controller_of
 from producers.k8s.selection import GpuResources, NodeSelection, PodSelection
 from producers.k8s.watching import FULL_RESYNC_S, Backoff, Watch, wall_ms
+from producers.k8s.workloads import KUEUE_GROUP, KUEUE_VERSIONS
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 from schemas.settings import WatcherSettings
 
 log = logging.getLogger(__name__)
+
+KUEUE_RECHECK_S = 300.0
+"""How often the API is asked again whether it serves Kueue, while it does not."""
 
 
 def api_lookup(api: KubeApi) -> Lookup:
@@ -39,9 +45,89 @@ def api_lookup(api: KubeApi) -> Lookup:
     return lookup
 
 
+class KueueWatches:
+    """The Workload watches, once the API server serves Kueue's API group.
+
+    Kueue is optional: while `kueue.x-k8s.io` is not served (Kueue not installed), the
+    group is asked for again every `recheck_s`, and that it is absent is logged once. When
+    it is, one watch per namespace runs at the newest version gpuwatch reads that the
+    server serves, each on a thread of its own.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        namespaces: tuple[str | None, ...],
+        make: Callable[[Collection], Watch[Any, K8sWorkload]],
+        added: Callable[[Watch[Any, K8sWorkload]], None],
+        *,
+        recheck_s: float = KUEUE_RECHECK_S,
+    ) -> None:
+        self._api = api
+        self._namespaces = namespaces
+        self._make = make
+        self._added = added
+        self._recheck_s = recheck_s
+        self.version: str | None = None
+        """The Workload version watched; None until Kueue is found."""
+        self.checks = 0
+        self._said_absent = False
+        self._failing = False
+        self._threads: list[threading.Thread] = []
+
+    def run(self, stop: threading.Event) -> None:
+        """Look for Kueue until it is there, then run its watches until `stop`."""
+        while not stop.is_set():
+            version = self._find()
+            if version is not None:
+                break
+            stop.wait(self._recheck_s)
+        else:
+            return
+        self.version = version
+        log.info("kueue workloads watched version=%s/%s", KUEUE_GROUP, version)
+        watches = [
+            self._make(Collection("workloads", namespace, None, version))
+            for namespace in self._namespaces
+        ]
+        for watch in watches:
+            self._added(watch)
+            thread = threading.Thread(
+                target=watch.run, args=(stop,), name=f"gpuwatch-watch-{watch.collection}"
+            )
+            thread.start()
+            self._threads.append(thread)
+        for thread in self._threads:
+            thread.join()
+
+    def _find(self) -> str | None:
+        """The version to watch, or None (absent: said once; a failed ask: warned once)."""
+        self.checks += 1
+        try:
+            served = self._api.served_versions(KUEUE_GROUP)
+        except ApiError as exc:
+            if not self._failing:
+                log.warning("kueue api group not readable: %s; asking again", exc)
+            self._failing = True
+            return None
+        self._failing = False
+        version = next((v for v in served or () if v in KUEUE_VERSIONS), None)
+        if version is None and not self._said_absent:
+            log.info(
+                "kueue not installed (the API serves no %s %s): workloads not watched; "
+                "looking again every %.0f s",
+                KUEUE_GROUP,
+                "/".join(KUEUE_VERSIONS),
+                self._recheck_s,
+            )
+            self._said_absent = True
+        return version
+
+
 class K8sWatcher:
     """Every watch the settings ask for. `start` runs them, `stop` ends them. Every value
-    published names `cluster`."""
+    published names `cluster`. Kueue Workloads are watched when `emit_workload` is given
+    and the settings want them (`watch_workloads`), once the cluster serves them."""
 
     def __init__(
         self,
@@ -50,17 +136,20 @@ class K8sWatcher:
         *,
         emit_pod: Callable[[K8sPod], None],
         emit_node: Callable[[K8sNode], None],
+        emit_workload: Callable[[K8sWorkload], None] | None = None,
         now_ms: Callable[[], int] = wall_ms,
         backoff: Backoff | None = None,
         watch_timeout_s: int | None = None,
         full_resync_s: float | None = FULL_RESYNC_S,
         resolve_owners: bool = True,
         cluster: str = DEFAULT_CLUSTER,
+        kueue_recheck_s: float = KUEUE_RECHECK_S,
     ) -> None:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
+        pod_rules = PodRules(gpus, settings.pod_label_allowlist, cluster)
         pods = PodKind(
-            PodRules(gpus, settings.pod_label_allowlist, cluster),
+            pod_rules,
             PodSelection(gpus, frozenset(settings.extra_pods), settings.claim_pods),
             self.owners,
         )
@@ -88,30 +177,60 @@ class K8sWatcher:
         ]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._watches: list[Watch[Any, Any]] = [self.node_watch, *self.pod_watches]
+        self._lock = threading.Lock()
+        self.kueue: KueueWatches | None = None
+        if emit_workload is not None and settings.watch_workloads:
+            workloads = WorkloadKind(pod_rules, self.owners)
+
+            def make(collection: Collection) -> Watch[Any, K8sWorkload]:
+                return Watch(collection=collection, kind=workloads, emit=emit_workload, **options)
+
+            self.kueue = KueueWatches(
+                api,
+                settings.namespaces or (None,),
+                make,
+                self._add,
+                recheck_s=kueue_recheck_s,
+            )
+
+    def _add(self, watch: Watch[Any, Any]) -> None:
+        with self._lock:
+            self._watches.append(watch)
+        if self._stop.is_set():
+            watch.interrupt()
 
     @property
     def watches(self) -> list[Watch[Any, Any]]:
-        """The node watch, then the pod watches."""
-        return [self.node_watch, *self.pod_watches]
+        """The node watch, then the pod watches, then the workload watches once running
+        (one list, which grows: the metrics read it at each scrape)."""
+        return self._watches
 
     @property
     def synced(self) -> bool:
         """Whether every watch has listed once (everything live has been published)."""
-        return all(watch.resource_version is not None for watch in self.watches)
+        with self._lock:
+            watches = list(self._watches)
+        return all(watch.resource_version is not None for watch in watches)
 
     def start(self) -> None:
-        """One thread per watch."""
-        for watch in self.watches:
-            thread = threading.Thread(
-                target=watch.run, args=(self._stop,), name=f"gpuwatch-watch-{watch.collection}"
-            )
+        """One thread per watch, and one for Kueue's."""
+        runs: list[tuple[str, Callable[[threading.Event], None]]] = [
+            (f"gpuwatch-watch-{watch.collection}", watch.run) for watch in self._watches
+        ]
+        if self.kueue is not None:
+            runs.append(("gpuwatch-kueue", self.kueue.run))
+        for name, run in runs:
+            thread = threading.Thread(target=run, args=(self._stop,), name=name)
             thread.start()
             self._threads.append(thread)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """End every watch (open streams are closed) and join the threads."""
         self._stop.set()
-        for watch in self.watches:
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
             watch.interrupt()
         for thread in self._threads:
             thread.join(timeout_s)

@@ -27,11 +27,12 @@ from producers.k8s.objects import Bookmark, Change, MalformedObject, StatusError
 from producers.k8s.resync import Observed, Published, on_change, relist
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 
 log = logging.getLogger(__name__)
 
 O = TypeVar("O")  # noqa: E741 - the object type
-V = TypeVar("V", K8sPod, K8sNode)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
 
 PAGE_SIZE = 500  # items per list page, as client-go's reflector asks for
 FULL_RESYNC_S = 6 * 3600.0  # re-send every live object well inside the topics' 7-day retention

@@ -42,7 +42,7 @@ from producers.simulate.publishing import NodePublishers
 from producers.simulate.scenario import Scenario
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
-from schemas.topics import K8S_NODES, K8S_PODS, NVML_SAMPLES
+from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES
 
 __all__ = [
     "SenderFactory",
@@ -165,6 +165,10 @@ class SimulationService:
                 make(K8S_NODES.full_name(prefix), "gpuwatch-simulate-nodes-k8s"),
                 WATCH_BUFFER_BYTES,
             ),
+            K8S_WORKLOADS.name: Publisher(
+                make(K8S_WORKLOADS.full_name(prefix), "gpuwatch-simulate-workloads"),
+                WATCH_BUFFER_BYTES,
+            ),
         }
         """The watcher's publishers, by topic (short name)."""
         clock = SimClock(epoch)
@@ -263,6 +267,7 @@ class SimulationService:
             self._watcher_settings,
             emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
             emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
+            emit_workload=_emitter(self.publishers[K8S_WORKLOADS.name], K8S_WORKLOADS),
             now_ms=self.simulation.clock.now_ms,
             cluster=self.settings.cluster.name,
         )

@@ -17,6 +17,7 @@ __all__ = [
     "CRASH_LOOP",
     "IMAGE_PULL",
     "IMAGE_PULL_REASONS",
+    "KUEUE_ADMISSION",
     "QUOTA_WAIT",
     "Observation",
     "observe",
@@ -30,7 +31,11 @@ IMAGE_PULL_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
 QUOTA_WAIT = "WaitingForQuota"
-"""A pod of a batch queue (Kueue) held by a scheduling gate until the queue admits it."""
+"""A pod of a batch queue (Kueue) held by a scheduling gate until the queue admits it, as
+told by its queue label alone (a watcher that does not send the gates' names)."""
+KUEUE_ADMISSION = "KueueAdmission"
+"""A pod held by Kueue's own scheduling gate until its workload is admitted."""
+KUEUE_GATE = "kueue.x-k8s.io/admission"
 SCHEDULING = "Scheduling"
 """Pending, not bound, and the scheduler has not said why yet."""
 CREATING = "ContainerCreating"
@@ -79,16 +84,23 @@ def _failed_reason(pod: K8sPod) -> str:
     return "Error"
 
 
+def _gated(pod: K8sPod, otherwise: str) -> str:
+    """Why a gated pod waits: Kueue's gate, else a queue's (by its label), else `otherwise`."""
+    if pod.scheduling_gates is not None and KUEUE_GATE in pod.scheduling_gates:
+        return KUEUE_ADMISSION
+    return QUOTA_WAIT if pod.queue is not None else otherwise
+
+
 def _queued_reason(pod: K8sPod) -> str:
     """Why a Pending pod is not running yet: gated, unschedulable, pulling, creating."""
     scheduled = _condition(pod, "PodScheduled")
     if scheduled is not None and scheduled.status != "True":
         if scheduled.reason == "SchedulingGated":
-            return QUOTA_WAIT if pod.queue is not None else "SchedulingGated"
+            return _gated(pod, "SchedulingGated")
         return scheduled.reason or SCHEDULING
     if pod.node is None:
         # No word from the scheduler yet; a queue's pod starts gated.
-        return QUOTA_WAIT if pod.queue is not None else SCHEDULING
+        return _gated(pod, SCHEDULING)
     for container in pod.containers:
         if container.state == "waiting" and container.reason is not None:
             return IMAGE_PULL if container.reason in IMAGE_PULL_REASONS else container.reason

@@ -168,10 +168,11 @@ def test_what_each_values_file_renders(
 
     # The watcher's role and binding, and the node agent's (its node's ResourceSlices).
     gpuwatch = [
-        "ClusterRole", "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Deployment",
-        "Deployment", "Deployment", "PodDisruptionBudget", "PodDisruptionBudget",
-        "PodDisruptionBudget", "Service", "Service", "Service", "Service", "ServiceAccount",
-        "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+        "ClusterRole", "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
+        "Deployment", "Deployment", "Deployment", "Deployment", "PodDisruptionBudget",
+        "PodDisruptionBudget", "PodDisruptionBudget", "Service", "Service", "Service",
+        "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+        "ServiceAccount",
     ]  # fmt: skip
     # The embedded Kafka (a StatefulSet, its headless and client Services) and Redis.
     embedded = ["StatefulSet", "Service", "Service", "Deployment", "Service"]
@@ -570,6 +571,8 @@ def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
+        ("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "watch"),
     }  # fmt: skip
     binding = one(default, "ClusterRoleBinding", "k8s-watcher")
     watcher = one(default, "Deployment", "k8s-watcher")["spec"]["template"]["spec"]

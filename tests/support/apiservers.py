@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
@@ -105,6 +106,20 @@ class LiveApiServer(ApiServerWriter):
         if self._dynamic is not None:
             self._dynamic.client.close()
         super().close()
+
+    def install_kueue(self, settings: Settings, timeout_s: float = 30.0) -> None:
+        """Kueue's Workload CRD (`kueue_crds`), served: it stays installed (idempotent)."""
+        for path in kueue_crds(settings):
+            self.apply(yaml.safe_load(path.read_text("utf-8")))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:  # a CRD serves moments after it is discovered
+                self.request("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads?limit=1")
+                return
+            except ApiError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def service_account_token(self, namespace: str, name: str) -> str:
         """A token of the service account from the TokenRequest API (10 minutes)."""
@@ -266,6 +281,21 @@ def live(settings: Settings) -> Iterator[LiveApiServer]:
         server.close()
 
 
+KUEUE = "v0.17.0"  # a release of sigs.k8s.io/kueue
+
+
+def kueue_crds(settings: Settings) -> list[Path]:
+    """Kueue's Workload CRD (config/components/crd/bases of its Go module: v1beta2 stored,
+    v1beta1 served), fetched once from the Go module proxy into the cache directory."""
+    return _module_files(
+        settings,
+        f"sigs.k8s.io/kueue@{KUEUE}",
+        "config/components/crd/bases",
+        ["kueue.x-k8s.io_workloads.yaml"],
+        "kueue",
+    )
+
+
 PROMETHEUS_OPERATOR = "v0.85.0"  # a release of github.com/prometheus-operator/prometheus-operator
 MONITORING_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
 
@@ -274,15 +304,28 @@ def monitoring_crds(settings: Settings) -> list[Path]:
     """The Prometheus Operator's CRDs of the objects the chart renders (ServiceMonitor,
     PodMonitor, PrometheusRule), from the operator's Go module (example/prometheus-
     operator-crd), fetched once from the Go module proxy into the cache directory."""
+    return _module_files(
+        settings,
+        f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}",
+        "example/prometheus-operator-crd",
+        [f"monitoring.coreos.com_{name}.yaml" for name in MONITORING_CRDS],
+        "prometheus-operator",
+    )
+
+
+def _module_files(
+    settings: Settings, module: str, folder: str, names: list[str], cached_as: str
+) -> list[Path]:
+    """Files of a Go module's folder, fetched once with `go mod download` into the cache
+    directory (crds/<cached_as>/<version>)."""
     cache = settings.stack.cache_dir.expanduser().resolve()
-    home = cache / "crds" / "prometheus-operator" / PROMETHEUS_OPERATOR
-    files = [home / f"monitoring.coreos.com_{name}.yaml" for name in MONITORING_CRDS]
+    home = cache / "crds" / cached_as / module.rsplit("@", 1)[1]
+    files = [home / name for name in names]
     if all(f.exists() for f in files):
         return files
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuwatch-crds-") as scratch:
         env = os.environ | {"GOMODCACHE": f"{scratch}/mod", "GOFLAGS": "-mod=mod"}
-        module = f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}"
         done = subprocess.run(
             [shutil.which("go") or "/usr/local/go/bin/go", "mod", "download", "-json", module],
             env=env,
@@ -292,7 +335,7 @@ def monitoring_crds(settings: Settings) -> list[Path]:
             timeout=600,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-        source = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+        source = Path(json.loads(done.stdout)["Dir"]) / folder
         for f in files:
             shutil.copyfile(source / f.name, f)
         subprocess.run(["chmod", "-R", "u+w", scratch], check=False)

@@ -75,15 +75,34 @@ RESOURCES: Mapping[str, ResourceType] = {
     "nodes": ResourceType("Node", "v1", "/api/v1", namespaced=False),
     "replicasets": ResourceType("ReplicaSet", "apps/v1", "/apis/apps/v1", namespaced=True),
     "jobs": ResourceType("Job", "batch/v1", "/apis/batch/v1", namespaced=True),
+    "workloads": ResourceType(
+        "Workload", "kueue.x-k8s.io/v1beta2", "/apis/kueue.x-k8s.io/v1beta2", namespaced=True
+    ),
 }
+KUEUE_GROUP_PATH = "/apis/kueue.x-k8s.io"
 
 _ROUTE = re.compile(
-    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/batch/v1)"
+    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/batch/v1|/apis/kueue\.x-k8s\.io/v1beta2)"
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?/?$"
 )
 DEFAULT_WATCH_TIMEOUT_S = 1800  # the real server picks 30-60 minutes when none is asked
 REQUESTS_KEPT = 10_000  # the request log of a long simulation stays bounded
 SNAPSHOTS_KEPT = 100  # unfinished paginated lists; older continue tokens expire (410)
+
+
+def _kueue_group() -> Obj:
+    """The APIGroup discovery document of kueue.x-k8s.io, as a server with Kueue's CRDs
+    installed answers it."""
+    versions = [
+        {"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in ("v1beta2", "v1beta1")
+    ]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "kueue.x-k8s.io",
+        "versions": versions,
+        "preferredVersion": versions[0],
+    }
 
 
 def rfc3339(epoch_s: float) -> str:
@@ -147,8 +166,11 @@ class FakeApiServer:
         history_limit: int = 10_000,
         expired_as_status: bool = False,
         clock: Callable[[], float] = time.time,
+        kueue: bool = True,
     ) -> None:
         self.bookmark_interval_s = bookmark_interval_s
+        self.kueue = kueue
+        """Whether Kueue's API group is served (its CRDs installed)."""
         self.history_limit = history_limit
         self.expired_as_status = expired_as_status
         self.requests: deque[RequestRecord] = deque(maxlen=REQUESTS_KEPT)
@@ -352,7 +374,11 @@ class FakeApiServer:
         with self._cond:
             self.requests.append(RequestRecord(url.path, params))
             failure = self._take_failure(resource)
+        if url.path.rstrip("/") == KUEUE_GROUP_PATH and self.kueue:
+            return send_json(request, 200, _kueue_group())
         kind = RESOURCES.get(resource or "")
+        if resource == "workloads" and not self.kueue:
+            kind = None
         if route is None or kind is None or kind.prefix != route["prefix"]:
             return send_status(request, 404, "NotFound", f"the server could not find {url.path}")
         if route["namespace"] and not kind.namespaced:

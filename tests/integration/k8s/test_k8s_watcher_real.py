@@ -64,6 +64,7 @@ def test_the_command_watches_the_real_server_as_its_service_account(
     validators: dict[str, Draft202012Validator],
     wait: Callable[..., None],
 ) -> None:
+    real.install_kueue(scoped)  # its workloads are listed and watched too, with the same RBAC
     real.create(
         "pods", m.gpu_pod("p", "ml", created=time.time(), labels={"team": "vision", "secret": "x"})
     )
@@ -82,7 +83,8 @@ def test_the_command_watches_the_real_server_as_its_service_account(
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
-    assert watcher_command.stopped(stderr) == ("2", "2", "2")
+    # 1 pod + its change; a list of nodes, of pods and of Kueue's workloads
+    assert watcher_command.stopped(stderr) == ("2", "3", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
     for record in records:
         assert list(validators[K8S_PODS.name].iter_errors(json.loads(record.value))) == []

@@ -15,7 +15,12 @@ from schemas.settings import WatcherSettings
 
 
 def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
-    groups = {"/api/v1": "", "/apis/apps/v1": "apps", "/apis/batch/v1": "batch"}
+    groups = {
+        "/api/v1": "",
+        "/apis/apps/v1": "apps",
+        "/apis/batch/v1": "batch",
+        "/apis/kueue.x-k8s.io/v1beta2": "kueue.x-k8s.io",
+    }
     with FakeApiServer(bookmark_interval_s=0.1) as server:
         server.create(
             "pods", m.gpu_pod("w", "ml", created=time.time(), owner=("ReplicaSet", "web-1"))
@@ -27,15 +32,17 @@ def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
             WatcherSettings(namespaces=("ml",)),
             emit_pod=lambda _: None,
             emit_node=lambda _: None,
+            emit_workload=lambda _: None,
         )
         watcher.start()
         try:
-            wait(lambda: watcher.synced and server.open_watches() == 2, "the watches")
+            wait(lambda: watcher.synced and server.open_watches() == 3, "the watches")
         finally:
             watcher.stop()
             api.close()
     used = set()
-    for request in server.requests:
+    # Discovery (/apis/kueue.x-k8s.io: is Kueue there?) is every user's (system:discovery).
+    for request in [r for r in server.requests if r.path != "/apis/kueue.x-k8s.io"]:
         prefix = next(p for p in groups if request.path.startswith(p + "/"))
         parts = request.path[len(prefix) + 1 :].split("/")
         if parts[0] == "namespaces":
@@ -49,5 +56,7 @@ def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
         ("", "nodes", "watch"),
         ("apps", "replicasets", "get"),
         ("batch", "jobs", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "watch"),
     }
     assert used <= granted()

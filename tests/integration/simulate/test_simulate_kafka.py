@@ -56,8 +56,13 @@ def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
     )
 
     assert summary.ticks == SIMULATED_S
-    assert summary.sent == {"nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3}
-    assert summary.dropped == {"nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0}
+    # small queues nothing in Kueue: no workload.
+    assert summary.sent == {
+        "nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3, "k8s.workloads": 0
+    }  # fmt: skip
+    assert summary.dropped == {
+        "nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0, "k8s.workloads": 0
+    }  # fmt: skip
     samples: list[NvmlSample] = decoded(scoped, NVML_SAMPLES, validators[NVML_SAMPLES.name])
     pods: list[K8sPod] = decoded(scoped, K8S_PODS, validators[K8S_PODS.name])
     nodes = decoded(scoped, K8S_NODES, validators[K8S_NODES.name])

@@ -87,7 +87,9 @@ def test_the_incident_reaches_the_topics_as_the_scenario_says(settings: Settings
     nodes = [K8S_NODES.decode(v) for v in recorders.values(settings, "nodes")]
     # h100-2's agent sends no sample of the intervals from 400 s to 490 s: 90 fewer.
     assert len(samples) == summary.samples == 3 * 500 - 90
-    assert summary.sent == {"nvml.samples": 3 * 500 - 90, "k8s.pods": len(pods), "k8s.nodes": 3}
+    assert summary.sent == {
+        "nvml.samples": 3 * 500 - 90, "k8s.pods": len(pods), "k8s.nodes": 3, "k8s.workloads": 0
+    }  # fmt: skip
     check_samples(samples)
     check_pods(pods)
     check_nodes(nodes)

@@ -129,4 +129,7 @@ def test_the_cluster_role_only_reads() -> None:
         ("", "nodes", "watch"),
         ("apps", "replicasets", "get"),
         ("batch", "jobs", "get"),
+        ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "watch"),
     }

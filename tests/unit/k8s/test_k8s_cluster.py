@@ -38,6 +38,9 @@ POD_BEFORE_CLUSTERS = (
     b'tes.io/name":"vllm"},"owner":{"kind":"ReplicaSet","name":"vllm-llama-6b7c9d5f8"},"prio'
     b'rity_class":"serving-high","queue":null}'
 )
+# Added within v1 since (after the cluster field): the pod's controller uid.
+POD_ADDED_SINCE = b',"controller_uid":"3f2e1d0c-9b8a-4765-8432-10fedcba9876"}'
+POD_NOW = POD_BEFORE_CLUSTERS[:-1] + POD_ADDED_SINCE
 
 
 class OneListApi:
@@ -81,7 +84,7 @@ def test_a_named_cluster_is_in_every_pod_and_node_message_and_the_keys_stay() ->
 
     assert [key for key, _ in pods] == ["9e8d7c6b-5a49-4382-a716-05f4e3d2c1b0"]
     assert [key for key, _ in nodes] == ["ip-10-0-12-29.ec2.internal"]
-    for (_, value), before in [(pods[0], POD_BEFORE_CLUSTERS), (nodes[0], NODE_BEFORE_CLUSTERS)]:
+    for (_, value), before in [(pods[0], POD_NOW), (nodes[0], NODE_BEFORE_CLUSTERS)]:
         message = json.loads(value)
         assert message["cluster"] == "eu-west"
         assert {k: v for k, v in message.items() if k != "cluster"} == json.loads(before)
@@ -93,5 +96,5 @@ def test_a_named_cluster_is_in_every_pod_and_node_message_and_the_keys_stay() ->
 def test_the_default_clusters_messages_are_byte_identical_to_before(cluster: str | None) -> None:
     pods, nodes = first_lists(cluster)
 
-    assert [value for _, value in pods] == [POD_BEFORE_CLUSTERS]
+    assert [value for _, value in pods] == [POD_NOW]
     assert [value for _, value in nodes] == [NODE_BEFORE_CLUSTERS]

@@ -25,6 +25,7 @@ def test_every_input_and_derived_value_has_the_field() -> None:
         "gpu.windows",
         "alerts",
         "capacity",
+        "k8s.workloads",
     }
 
 

@@ -89,7 +89,9 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
         # readings, a pod's GPU models and an allocation's claim, whose absence means null.
         optional = set(obj["properties"]) - set(obj["required"])
-        assert optional <= {"cluster", "gpu_products", "claim", *HEALTH}, obj["title"]
+        assert optional <= {
+            "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH
+        }, obj["title"]  # fmt: skip
         if "claim" in optional:
             assert obj["title"] == "Allocation"
             assert obj["properties"]["claim"]["default"] is None
@@ -98,6 +100,6 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         for name in optional & HEALTH:
             assert obj["title"] == "GpuReading", name
             assert obj["properties"][name]["default"] is None, name
-        if "gpu_products" in optional:
-            assert obj["title"] == "gpuwatch.k8s.pod/v1"
-            assert obj["properties"]["gpu_products"]["default"] is None
+        for name in optional & {"gpu_products", "controller_uid", "scheduling_gates"}:
+            assert obj["title"] == "gpuwatch.k8s.pod/v1", name
+            assert obj["properties"][name]["default"] is None, name

@@ -39,6 +39,7 @@ DESIGN_TOPICS = [
     ("gpu.windows", "gpu_uuid", "gpuwatch.gpu.window/v1"),
     ("alerts", "alert_fingerprint", "gpuwatch.alert/v1"),
     ("capacity", "cluster/product/resource", "gpuwatch.capacity/v1"),
+    ("k8s.workloads", "workload_uid", "gpuwatch.k8s.workload/v1"),  # added: Kueue
     ("deadletter", "source_topic", "gpuwatch.deadletter/v1"),
 ]
 
@@ -49,6 +50,7 @@ KEY_FIELD = {
     "gpu_uuid": "uuid",
     "alert_fingerprint": "fingerprint",
     "source_topic": "source_topic",
+    "workload_uid": "uid",
 }
 
 

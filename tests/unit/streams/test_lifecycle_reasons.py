@@ -59,6 +59,26 @@ def test_gates_without_a_queue_and_a_queue_before_the_scheduler_speaks() -> None
     assert observe(msgspec.structs.replace(fresh, queue="team-a")).reason == "WaitingForQuota"
 
 
+def test_kueues_own_gate_is_kueue_admission_with_or_without_a_queue_label() -> None:
+    gated = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "SchedulingGated",
+        "message": None,
+    }
+    held = msgspec.structs.replace(
+        pod("Pending", ts=1, rv=1, containers=[], conditions=[gated]),
+        node=None,
+        scheduling_gates=("kueue.x-k8s.io/admission",),
+    )
+    assert observe(held).reason == "KueueAdmission"
+    assert observe(msgspec.structs.replace(held, queue="team-a")).reason == "KueueAdmission"
+    assert observe(msgspec.structs.replace(held, conditions=())).reason == "KueueAdmission"
+    other = msgspec.structs.replace(held, scheduling_gates=("example.com/provisioning",))
+    assert observe(other).reason == "SchedulingGated"
+    assert observe(msgspec.structs.replace(other, queue="team-a")).reason == "WaitingForQuota"
+
+
 def test_queued_reason_comes_from_the_first_waiting_container() -> None:
     init_loop = [
         container("waiting", "CrashLoopBackOff", restarts=3),
