@@ -114,7 +114,8 @@ class K8sPod(Value, frozen=True, kw_only=True, omit_defaults=True):
         tuple[str, ...] | None,
         msgspec.Meta(
             description="spec.schedulingGates by name (kueue.x-k8s.io/admission: held by "
-            "Kueue until admitted); null: none (added within v1)"
+            "Kueue until admitted), [] for none; null: not told (a watcher from before the "
+            "field was added within v1)"
         ),
     ] = None
 

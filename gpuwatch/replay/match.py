@@ -21,7 +21,8 @@ from gpuwatch.replay.story import (
     Subject,
     TimeRange,
 )
-from schemas import Alert, Attribution, GpuWindow, K8sNode, PodLifecycle
+from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
+from streams.core.workloads import WorkloadStanding, standing
 
 __all__ = ["assemble", "resolve", "state_bands"]
 
@@ -39,6 +40,7 @@ def resolve(subject: Subject, found: Collected) -> Scope:
             if subject.names(pod.namespace, pod.name):
                 scope.uids[pod.uid] = subject.value
                 scope.nodes.update([pod.node] if pod.node else [])
+                scope.jobs.update([pod.controller_uid] if pod.controller_uid else [])
         for rec in found.attribution:
             if rec.uid in scope.uids:
                 scope.gpus.update(g.uuid for g in rec.gpus)
@@ -104,6 +106,8 @@ def _identity(event: Event) -> tuple[Any, ...]:
         return ("alert", r.fingerprint, r.status, r.ts)
     if isinstance(r, K8sNode):
         return ("node", r.node, r.ts, r.type)
+    if isinstance(r, K8sWorkload):
+        return ("workload", r.uid, r.ts, r.type, r.resource_version)
     return ("samples", r.uuid)
 
 
@@ -143,10 +147,31 @@ def assemble(
     for seen in found.nodes:
         if node and seen.node == subject.value and span.holds(seen.ts):
             events.append(Event("node", seen.ts, seen))
+    events.extend(_workload_story(found, scope, span) if pod else [])
     events.extend(Event("samples", s.first_ts, s) for s in samples)
     unique = {_identity(event): event for event in events}
     # Stable: records of one pod at one instant keep the order their partition gave them.
     return sorted(unique.values(), key=lambda e: (e.ts, KIND_ORDER[e.kind]))
+
+
+def _workload_story(found: Collected, scope: Scope, span: TimeRange) -> list[Event]:
+    """The Kueue workload of the pod's job, where its standing changed: its wait before
+    the pod existed (created, why queued, admitted) and its end, one history with the
+    pod's. A RESYNC or a status change that moves nothing (the same reason) is left out."""
+    mine = sorted(
+        (w for w in found.workloads if w.job_uid is not None and w.job_uid in scope.jobs),
+        key=lambda w: (w.ts, w.resource_version),
+    )
+    events: list[Event] = []
+    last: tuple[str, WorkloadStanding] | None = None
+    for value in mine:
+        now = (value.uid, standing(value))
+        if last is not None and now[0] == last[0] and now[1][:2] == last[1][:2]:
+            continue
+        last = now
+        if span.holds(value.ts):
+            events.append(Event("workload", value.ts, value))
+    return events
 
 
 def state_bands(events: Iterable[Event], span: TimeRange) -> list[StateBand]:

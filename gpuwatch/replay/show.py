@@ -23,6 +23,7 @@ from schemas import (
     GPU_WINDOWS,
     K8S_NODES,
     K8S_PODS,
+    K8S_WORKLOADS,
     NVML_SAMPLES,
     POD_LIFECYCLE,
     SchemaError,
@@ -47,7 +48,7 @@ def default_margin_s(settings: Settings) -> int:
 
 
 _FIRST_PASS: dict[str, tuple[TopicSpec[Any], ...]] = {
-    "pod": (POD_LIFECYCLE, ATTRIBUTION, ALERTS, GPU_WINDOWS, K8S_PODS),
+    "pod": (POD_LIFECYCLE, ATTRIBUTION, ALERTS, GPU_WINDOWS, K8S_PODS, K8S_WORKLOADS),
     "gpu": (POD_LIFECYCLE, ATTRIBUTION, ALERTS, GPU_WINDOWS),
     "node": (POD_LIFECYCLE, ATTRIBUTION, ALERTS, GPU_WINDOWS, K8S_NODES),
 }
@@ -82,6 +83,7 @@ def timeline(
     first = _FIRST_PASS[subject.kind]
     by_name = {spec.full_name(prefix): spec for spec in (*first, NVML_SAMPLES)}
     needle, decoded = subject.needle, _Decoded()
+    namespace_needle = f'"namespace":"{subject.pod[0]}"'.encode() if subject.kind == "pod" else b""
     try:
         with RangeReader(settings.kafka, progress) as reader:
             plan = reader.plan(list(by_name), span)
@@ -95,6 +97,8 @@ def timeline(
             for hit in reader.read(plan, names, span, margin_ms):
                 spec = by_name[hit.topic]
                 keep_all = subject.kind == "gpu" and spec.name in _KEEP_ALL_FOR_GPU
+                if spec.name == K8S_WORKLOADS.name:  # they name no pod: those of its namespace
+                    keep_all = namespace_needle in hit.value
                 if (keep_all or needle in hit.value) and (
                     value := _decode(spec, hit, decoded)
                 ) is not None:

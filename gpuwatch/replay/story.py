@@ -13,7 +13,16 @@ from typing import Any, Literal
 
 import msgspec
 
-from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sPod, NvmlSample, PodLifecycle
+from schemas import (
+    Alert,
+    Attribution,
+    GpuWindow,
+    K8sNode,
+    K8sPod,
+    K8sWorkload,
+    NvmlSample,
+    PodLifecycle,
+)
 
 __all__ = [
     "KIND_ORDER",
@@ -30,14 +39,17 @@ __all__ = [
 ]
 
 SubjectKind = Literal["pod", "gpu", "node"]
-EventKind = Literal["node", "lifecycle", "alert", "attribution", "gpu_window", "samples"]
+EventKind = Literal[
+    "node", "workload", "lifecycle", "alert", "attribution", "gpu_window", "samples"
+]
 KIND_ORDER: dict[EventKind, int] = {
     "node": 0,
-    "lifecycle": 1,
-    "alert": 2,
-    "attribution": 3,
-    "gpu_window": 4,
-    "samples": 5,
+    "workload": 1,
+    "lifecycle": 2,
+    "alert": 3,
+    "attribution": 4,
+    "gpu_window": 5,
+    "samples": 6,
 }
 """Order of events at one instant: a transition before the alert and window it explains."""
 
@@ -116,6 +128,7 @@ class Collected:
     gpu_windows: list[GpuWindow] = field(default_factory=list)
     pods: list[K8sPod] = field(default_factory=list)
     nodes: list[K8sNode] = field(default_factory=list)
+    workloads: list[K8sWorkload] = field(default_factory=list)
 
     def add(self, value: Any) -> None:
         """File a decoded record by its type."""
@@ -133,6 +146,7 @@ _FILED_AS: tuple[tuple[type, str], ...] = (
     (GpuWindow, "gpu_windows"),
     (K8sPod, "pods"),
     (K8sNode, "nodes"),
+    (K8sWorkload, "workloads"),
 )
 """The list of `Collected` each record type goes to."""
 
@@ -144,6 +158,8 @@ class Scope:
     uids: dict[str, str] = field(default_factory=dict)
     nodes: set[str] = field(default_factory=set)
     gpus: set[str] = field(default_factory=set)
+    jobs: set[str] = field(default_factory=set)
+    """Uids of the pods' controllers (a Job): its Kueue workload's story is theirs too."""
 
     @property
     def empty(self) -> bool:
@@ -177,7 +193,7 @@ class Event:
 
     kind: EventKind
     ts: int
-    record: PodLifecycle | Attribution | Alert | GpuWindow | K8sNode | GpuSamples
+    record: PodLifecycle | Attribution | Alert | GpuWindow | K8sNode | K8sWorkload | GpuSamples
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ import msgspec
 
 from gpuwatch.replay.story import Event, GpuSamples, Story
 from gpuwatch.replay.timefmt import format_duration, format_time
-from schemas import Alert, Attribution, GpuWindow, K8sNode, PodLifecycle
+from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
+from streams.core.workloads import standing
 
 if TYPE_CHECKING:
     from gpuwatch.replay.rerun import RerunResult
@@ -32,6 +33,7 @@ STATE_COLOURS = {
 }
 _LABELS = {
     "node": "node",
+    "workload": "kueue",
     "lifecycle": "lifecycle",
     "alert": "alert",
     "attribution": "window",
@@ -86,10 +88,25 @@ def _detail(story: Story, event: Event) -> str:
         )
     if isinstance(r, K8sNode):
         return f"{r.type}  ready={r.ready}  unschedulable={r.unschedulable}"
+    if isinstance(r, K8sWorkload):
+        return _workload(r)
     return (
         f"{_short(r.uuid)}  {r.count} samples, util mean {_pct(r.util_mean_pct)} "
         f"max {_pct(r.util_max_pct)}"
     )
+
+
+def _workload(r: K8sWorkload) -> str:
+    """A Kueue workload's standing: queued (why, Kueue's words), admitted, finished."""
+    state, reason, message = standing(r)
+    gpus = ", ".join(f"{n} {resource}" for resource, n in sorted(r.gpu_request.items()))
+    head = f"workload {r.namespace}/{r.name} (queue {r.queue or '?'}"
+    head += f", {r.pods} pods, {gpus})" if gpus else f", {r.pods} pods)"
+    if state == "admitted":
+        waited = format_duration(r.ts - r.created_at)
+        return f"{head} admitted to ClusterQueue {r.cluster_queue or '?'} after {waited}"
+    words = f"  {message}" if message else ""
+    return f"{head} {state}" + (f" ({reason})" if reason else "") + words
 
 
 def _attribution(story: Story, r: Attribution) -> str:

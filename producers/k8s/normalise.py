@@ -260,10 +260,9 @@ def _phase(phase: str) -> PodPhase:
     return phase if phase in _PHASES else "Unknown"  # type: ignore[return-value]
 
 
-def _gates(spec: PodSpec) -> tuple[str, ...] | None:
-    """The names of the pod's scheduling gates; None when it has none."""
-    names = tuple(name for gate in spec.get("schedulingGates") or () if (name := gate.get("name")))
-    return names or None
+def _gates(spec: PodSpec) -> tuple[str, ...]:
+    """The names of the pod's scheduling gates (none: empty)."""
+    return tuple(name for gate in spec.get("schedulingGates") or () if (name := gate.get("name")))
 
 
 def pod_stamps(pod: Pod) -> Stamps:

@@ -56,14 +56,20 @@ __all__ = [
     "PodUnschedulable",
     "ProcessStarted",
     "ProcessStopped",
+    "QueuedJob",
+    "WorkloadAdmitted",
+    "WorkloadCreated",
+    "WorkloadFinished",
+    "WorkloadPending",
 ]
 
 PodStatus = Literal[
     "Pending", "ContainerCreating", "Running", "CrashLoopBackOff", "Completed", "OOMKilled", "Error"
 ]
 """What `kubectl get pods` shows in its STATUS column."""
-Action = Literal["create", "start", "crash", "finish", "delete"]
+Action = Literal["create", "start", "crash", "finish", "delete", "submit"]
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Kueue job's, and so its pods'
 FIRST_PID = 4000  # host PIDs of simulated GPU processes, per node
 CONTAINERS = {
     "training": "trainer",
@@ -248,6 +254,70 @@ class ProcessStopped:
     uid: str
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A Job of a Kueue queue and the Workload Kueue made for it."""
+
+    uid: str
+    """The Workload's uid."""
+    name: str
+    """The Workload's name (`job-<job>-<hash>`, as Kueue names them)."""
+    namespace: str
+    workload: str
+    """The scenario's workload (the Job's name)."""
+    queue: str
+    pods: int
+    gpus_per_pod: Mapping[str, int]
+    labels: Mapping[str, str]
+    priority_class: str | None
+    created_s: float
+
+    @property
+    def job_uid(self) -> str:
+        """The Job's uid, as its pods' owner reference names it."""
+        return f"owner-job-{self.workload}"
+
+    @property
+    def gpus(self) -> int:
+        """GPU devices of the quota it takes: every pod's."""
+        return self.pods * sum(self.gpus_per_pod.values())
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadCreated:
+    """Kueue made a Workload for a suspended Job."""
+
+    at: float
+    job: QueuedJob
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPending:
+    """Kueue's scheduler found no room in the queue's quota: QuotaReserved False."""
+
+    at: float
+    uid: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadAdmitted:
+    """Quota reserved and admitted: the Job is unsuspended and its pods are created."""
+
+    at: float
+    uid: str
+    cluster_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFinished:
+    """Every pod of the Job ended; the quota is free again."""
+
+    at: float
+    uid: str
+    succeeded: bool
+
+
 Change = (
     PodCreated
     | PodUnschedulable
@@ -258,6 +328,10 @@ Change = (
     | PodDeleted
     | ProcessStarted
     | ProcessStopped
+    | WorkloadCreated
+    | WorkloadPending
+    | WorkloadAdmitted
+    | WorkloadFinished
 )
 
 
@@ -268,6 +342,24 @@ def _draw(span: Span | None, rng: random.Random, whole: bool = False) -> float |
         return None
     value = span[0] + (span[1] - span[0]) * u if isinstance(span, tuple) else float(span)
     return float(round(value)) if whole else value
+
+
+def _kueue_message(job: QueuedJob, quota: int, used: int) -> str:
+    """Kueue's scheduler's words for a workload that does not fit (flavorassigner): more
+    than the queue will ever have, or more than it has free now."""
+    resource = next(iter(job.gpus_per_pod), GPU_RESOURCE)
+    prefix = "couldn't assign flavors to pod set main: "
+    if job.gpus > quota:
+        return (
+            f"{prefix}insufficient quota for {resource} in flavor default-flavor, previously "
+            f"considered podsets requests (0) + current podset request ({job.gpus}) > "
+            f"maximum capacity ({quota})"
+        )
+    more = job.gpus - (quota - used)
+    return (
+        f"{prefix}insufficient unused quota for {resource} in flavor default-flavor, "
+        f"{more} more needed"
+    )
 
 
 def _claim_name(w: Workload, index: int, generation: int) -> str | None:
@@ -335,15 +427,33 @@ class Cluster:
         self._pending: list[str] = []
         self._dirty = False
         self._later: dict[str, PodSpec] = {}
+        self.jobs: dict[str, QueuedJob] = {}
+        """Kueue's Workloads by uid: submitted, waiting or admitted (finished ones stay)."""
+        self._quota = {q.name: q.gpus for q in scenario.queues}
+        self._used = dict.fromkeys(self._quota, 0)
+        self._waiting: list[str] = []
+        """Workloads waiting for quota, in submission order (StrictFIFO)."""
+        self._said: dict[str, str] = {}
+        """The last message of each waiting workload."""
+        self._running_pods: dict[str, set[str]] = {}
+        """Admitted workload -> its pods not finished yet."""
+        self._failed: set[str] = set()
         initial = [
             self._spec(workload, index, 0, None)
             for workload in scenario.workloads
             for index in range(self._pod_count(workload))
         ]
         self.initial: tuple[PodSpec, ...] = tuple(initial)
-        """The first pod of every workload slot, as planned (creation times may be ahead)."""
+        """The first pod of every workload slot, as planned (creation times may be ahead);
+        a queued job's pods are created only when Kueue admits it."""
+        queued = {w.name: w for w in scenario.workloads if w.queue is not None}
         for spec in initial:
-            self._plan(spec)
+            if spec.workload not in queued:
+                self._plan(spec)
+        for w in queued.values():
+            job = self._job(w, next(p for p in initial if p.workload == w.name).created_s)
+            self.jobs[job.uid] = job
+            self._push(job.created_s, "submit", job.uid)
 
     # ---- reading ---------------------------------------------------------------------
 
@@ -400,6 +510,8 @@ class Cluster:
         rng.getrandbits(128)  # the draws after the uid stay those of the default cluster
         start = _draw(w.start_s, rng, whole=True)
         labels = {"team": w.team, "project": w.project, "app.kubernetes.io/name": w.name}
+        if w.queue is not None:
+            labels[QUEUE_LABEL] = w.queue
         return PodSpec(
             uid=uid,
             name=f"{w.name}-{index}" if generation == 0 else f"{w.name}-{index}-{generation}",
@@ -439,7 +551,74 @@ class Cluster:
         self._later[spec.uid] = spec
         self._push(spec.created_s, "create", spec.uid)
 
+    # ---- Kueue ------------------------------------------------------------------------
+
+    def _job(self, w: Workload, created_s: float) -> QueuedJob:
+        digest = hashlib.sha256(f"{self._uid_seed}/{w.name}/workload".encode()).digest()
+        uid = str(uuidlib.UUID(bytes=digest[:16], version=4))
+        spec = self._spec(w, 0, 0, created_s)
+        assert w.queue is not None
+        return QueuedJob(
+            uid=uid,
+            name=f"job-{w.name}-{digest.hex()[:5]}",
+            namespace=w.namespace,
+            workload=w.name,
+            queue=w.queue,
+            pods=self._pod_count(w),
+            gpus_per_pod={spec.resource: spec.count} if spec.count else {},
+            labels=spec.labels,
+            priority_class=spec.priority_class,
+            created_s=created_s,
+        )
+
+    def _admit(self, t: float, out: list[Change]) -> None:
+        """Admit waiting workloads in submission order while their queue's quota has room;
+        each one first in its queue that does not fit waits with Kueue's message."""
+        blocked: set[str] = set()
+        for uid in list(self._waiting):
+            job = self.jobs[uid]
+            if job.queue in blocked:
+                continue
+            quota, used = self._quota[job.queue], self._used[job.queue]
+            if used + job.gpus <= quota:
+                self._waiting.remove(uid)
+                self._used[job.queue] = used + job.gpus
+                self._said.pop(uid, None)
+                out.append(WorkloadAdmitted(t, uid, job.queue))
+                w = next(w for w in self.scenario.workloads if w.name == job.workload)
+                specs = [self._spec(w, i, 0, t) for i in range(job.pods)]
+                self._running_pods[uid] = {spec.uid for spec in specs}
+                for spec in specs:
+                    self._plan(spec)
+                continue
+            blocked.add(job.queue)  # StrictFIFO: the head of the queue blocks the rest
+            message = _kueue_message(job, quota, used)
+            if self._said.get(uid) != message:
+                self._said[uid] = message
+                out.append(WorkloadPending(t, uid, message))
+
+    def _job_pod_finished(self, pod: PodRun, t: float, out: list[Change]) -> None:
+        """A pod of an admitted workload ended: the workload finishes with its last pod."""
+        for uid, pods in self._running_pods.items():
+            if pod.spec.uid not in pods:
+                continue
+            pods.discard(pod.spec.uid)
+            if pod.phase != "Succeeded":
+                self._failed.add(uid)
+            if not pods:
+                job = self.jobs[uid]
+                del self._running_pods[uid]
+                self._used[job.queue] -= job.gpus
+                out.append(WorkloadFinished(t, uid, uid not in self._failed))
+                self._admit(t, out)
+            return
+
     def _apply(self, action: Action, uid: str, t: float, out: list[Change]) -> None:
+        if action == "submit":
+            self._waiting.append(uid)
+            out.append(WorkloadCreated(t, self.jobs[uid]))
+            self._admit(t, out)
+            return
         if action == "create":
             spec = self._later.pop(uid)
             self.pods[uid] = PodRun(spec)
@@ -489,6 +668,7 @@ class Cluster:
         pod.status = reason  # type: ignore[assignment]  # Completed, OOMKilled, Error
         pod.finished_s = t
         out.append(PodFinished(t, spec.uid, "Succeeded" if code == 0 else "Failed", reason, code))
+        self._job_pod_finished(pod, t, out)
         self._dirty = True
         ttl = self.scenario.finished_ttl_s
         if ttl is not None:

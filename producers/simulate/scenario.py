@@ -97,6 +97,9 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     mig_profile: str | None = None
     pool: Name | None = None
     """Only nodes of this pool (a nodeSelector)."""
+    queue: Name | None = None
+    """Kueue's LocalQueue (one of the scenario's `queues`): the Job is created suspended,
+    as a Workload waiting for the queue's quota, and its pods only once Kueue admits it."""
     claim: Literal["per-pod", "shared"] | None = None
     """GPUs through a ResourceClaim (a DRA pool's): `per-pod` from a ResourceClaimTemplate,
     one claim per pod; `shared`: every pod of the workload uses the one claim
@@ -126,6 +129,9 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     """After a pod ends, its replacement `<name>-<i>-<n>` is created this much later."""
 
 
+DEFAULT_OWNER = {"training": "job", "idle": "job"}
+"""Workload kinds whose pods a Job owns unless `owner` says otherwise (the cluster's
+DEFAULT_OWNERS)."""
 AGENT_DOWN_S = 120.0  # an agent-down fault without duration_s: two minutes without samples
 GPU_FAULTS = frozenset({"xid", "throttle", "ecc", "remap-failure"})
 
@@ -148,6 +154,14 @@ class Fault(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tru
     """throttle: the clock event reason (schemas.nvml_sample.THROTTLE_REASONS)."""
 
 
+class Queue(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """A Kueue LocalQueue and its ClusterQueue (both named `name`), with a nominal quota
+    of `gpus` GPU devices (of whatever GPU resource its workloads ask for)."""
+
+    name: Name
+    gpus: NonNegative
+
+
 class Scenario(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """A synthetic cluster and what runs on it."""
 
@@ -162,6 +176,8 @@ class Scenario(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     nodes: Annotated[tuple[NodePool, ...], msgspec.Meta(min_length=1)]
     workloads: tuple[Workload, ...] = ()
     faults: tuple[Fault, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    """Kueue's queues (admission in submission order, as a StrictFIFO ClusterQueue)."""
 
 
 def scenario_names() -> list[str]:
@@ -350,6 +366,17 @@ def _workload_problems(index: int, w: Workload, pools: dict[str, NodePool]) -> I
         yield from _span_problems(f"{at}.{field}", span, low, high)
 
 
+def _queued_problems(index: int, w: Workload, queues: set[str]) -> Iterator[str]:
+    at = f"$.workloads[{index}]"
+    if w.queue not in queues:
+        known = ", ".join(sorted(queues)) or "none"
+        yield f"{at}.queue: no queue {w.queue!r} in queues (queues: {known})"
+    if (w.owner or DEFAULT_OWNER.get(w.kind)) != "job":
+        yield f"{at}.queue: Kueue queues jobs here: give owner: job"
+    if w.recreate_after_s is not None:
+        yield f"{at}.recreate_after_s: a queued job's pods are not recreated"
+
+
 def _problems(scenario: Scenario) -> Iterator[str]:
     pools: dict[str, NodePool] = {}
     for i, pool in enumerate(scenario.nodes):
@@ -358,11 +385,14 @@ def _problems(scenario: Scenario) -> Iterator[str]:
         pools[pool.pool] = pool
         yield from _pool_problems(i, pool)
     names: set[str] = set()
+    queues = {q.name for q in scenario.queues}
     for i, workload in enumerate(scenario.workloads):
         if workload.name in names:
             yield f"$.workloads[{i}].name: {workload.name!r} is named twice"
         names.add(workload.name)
         yield from _workload_problems(i, workload, pools)
+        if workload.queue is not None:
+            yield from _queued_problems(i, workload, queues)
     nodes = {name: p for p in scenario.nodes for name in node_names(p)}
     for i, fault in enumerate(scenario.faults):
         yield from _fault_problems(i, fault, nodes.get(fault.node))

@@ -85,10 +85,11 @@ def _failed_reason(pod: K8sPod) -> str:
 
 
 def _gated(pod: K8sPod, otherwise: str) -> str:
-    """Why a gated pod waits: Kueue's gate, else a queue's (by its label), else `otherwise`."""
-    if pod.scheduling_gates is not None and KUEUE_GATE in pod.scheduling_gates:
-        return KUEUE_ADMISSION
-    return QUOTA_WAIT if pod.queue is not None else otherwise
+    """Why a pod not scheduled yet waits: Kueue's gate; with the gates not told (an older
+    watcher), a queue's (by its label); else `otherwise`."""
+    if pod.scheduling_gates is None:
+        return QUOTA_WAIT if pod.queue is not None else otherwise
+    return KUEUE_ADMISSION if KUEUE_GATE in pod.scheduling_gates else otherwise
 
 
 def _queued_reason(pod: K8sPod) -> str:

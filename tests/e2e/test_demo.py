@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,18 +228,20 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     assert "blocked: wants 4, best node 2, 4 free" in rows["research/big-train-0"], top
 
 
-def test_dra_allocated_gpus_are_attributed_and_costed_as_worked_out_by_hand(
+def test_a_kueue_queued_job_on_dra_gpus_as_worked_out_by_hand(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
-    """The dra scenario (producers/simulate/scenarios/dra.yaml): the GPUs of dra-0 and
-    dra-1 come through ResourceClaims; the kubelet lists them by driver, pool and device
-    name, the node agents find their uuids in the nodes' ResourceSlices. About 900
-    simulated seconds at 30 times speed: train-dra's 4 pods are bound at 0 s and complete
-    at 605 s, each holding one GPU for 605 s at $4.00 per H100-hour: $0.6722 each. chat-dra's
-    2 pods share one claim's GPU: each pays half of it, together what chat-plugin-0 pays
-    for its GPU of the device plugin over the same time."""
-    argv = [str(GPUWATCH), "demo", "--scenario", "dra", "--speed", "30"]
-    argv += ["--duration", "32", "--no-ui"]
+    """The dra scenario (producers/simulate/scenarios/dra.yaml), 36 minutes at 60 times
+    speed. Kueue's queue research has 4 GPUs: prep-dra's 4 pods take them at 0 s and
+    complete at 1,200 s; train-dra waits as a Workload without pods, for quota, until
+    then, is admitted, and its 4 pods complete at 1,805 s. The GPUs of dra-0 and dra-1
+    come through ResourceClaims: the kubelet lists them by driver, pool and device name,
+    the node agents find their uuids in the nodes' ResourceSlices. At $4.00 per H100-hour:
+    each prep pod holds its GPU 1,200 s ($1.3333), each train pod 605 s ($0.6722).
+    chat-dra's 2 pods share one claim's GPU: each pays half of it, together what
+    chat-plugin-0 pays for its GPU of the device plugin over the same time."""
+    argv = [str(GPUWATCH), "demo", "--scenario", "dra", "--speed", "60"]
+    argv += ["--duration", "36", "--no-ui"]
     result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
     assert result.returncode == 0, result.stderr + result.stdout
 
@@ -248,12 +251,13 @@ def test_dra_allocated_gpus_are_attributed_and_costed_as_worked_out_by_hand(
         for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
             fields = client.hgetall(f"gpuwatch:pod:{uid}")
             pods[fields["pod"]] = fields
-    for i in range(4):
-        train = pods[f"train-dra-{i}"]
-        assert (train["state"], train["reason"]) == ("finished", "Completed"), train
-        assert float(train["cost_usd"]) == pytest.approx(605 * 4.0 / 3600, abs=0.0025), train
-        (gpu,) = json.loads(train["gpus"])
-        assert (gpu["sharing"], gpu["model"]) == ("exclusive", "NVIDIA H100 80GB HBM3"), gpu
+    for job, seconds in (("prep-dra", 1200), ("train-dra", 605)):
+        for i in range(4):
+            pod = pods[f"{job}-{i}"]
+            assert (pod["state"], pod["reason"]) == ("finished", "Completed"), pod
+            assert float(pod["cost_usd"]) == pytest.approx(seconds * 4.0 / 3600, abs=0.0025), pod
+            (gpu,) = json.loads(pod["gpus"])
+            assert (gpu["sharing"], gpu["model"]) == ("exclusive", "NVIDIA H100 80GB HBM3"), gpu
     trained_on = {json.loads(pods[f"train-dra-{i}"]["gpus"])[0]["uuid"] for i in range(4)}
     assert len(trained_on) == 4
     chat = [pods["chat-dra-0"], pods["chat-dra-1"]]
@@ -261,7 +265,7 @@ def test_dra_allocated_gpus_are_attributed_and_costed_as_worked_out_by_hand(
     assert all(json.loads(p["gpus"])[0]["sharing"] == "time-slicing" for p in chat)
     assert shared not in trained_on
     plugin = float(pods["chat-plugin-0"]["cost_usd"])
-    assert plugin > 0.5  # ~850 s at $4/h
+    assert plugin > 2.0  # ~35 minutes at $4/h
     halves = [float(p["cost_usd"]) for p in chat]
     assert halves[0] == pytest.approx(plugin / 2, rel=0.02)
     assert sum(halves) == pytest.approx(plugin, rel=0.02)
@@ -273,3 +277,21 @@ def test_dra_allocated_gpus_are_attributed_and_costed_as_worked_out_by_hand(
     rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
     assert rows["serving/chat-dra-0"].split()[1:3] == ["platform", "running"], top
     assert shared[:12] in rows["serving/chat-dra-1"], top
+
+    # One history: the job's 20 minutes in Kueue's queue, then its pod's life.
+    now = time.time()
+    span = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) for t in (now - 3600, now + 600)]
+    argv = [str(GPUWATCH), "replay", "--pod", "research/train-dra-0", "--from", span[0]]
+    replay = run_command([*argv, "--to", span[1]], timeout_s=120, env={**os.environ, **demo_scope})
+    assert replay.returncode == 0, replay.stderr + replay.stdout
+    kueue = [line for line in replay.stdout.splitlines() if "  kueue  " in line]
+    assert len(kueue) == 4, replay.stdout  # created, waiting, admitted, finished
+    assert (
+        "queued (WaitingForQuota)  couldn't assign flavors to pod set main: insufficient "
+        "unused quota for gpu.nvidia.com/gpu in flavor default-flavor, 4 more needed" in kueue[1]
+    )
+    assert "admitted to ClusterQueue research after 20m00s" in kueue[2]
+    assert "finished (Succeeded)" in kueue[3]
+    moves = [line for line in replay.stdout.splitlines() if "  lifecycle  " in line]
+    assert "new -> queued (Scheduling)" in moves[0]  # not waiting for quota once admitted
+    assert "running -> finished (Completed)" in moves[-1]

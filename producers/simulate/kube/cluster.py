@@ -6,9 +6,11 @@ update per pod change, as the scheduler, the kubelet and the controllers would w
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from producers.k8s.api import ApiError
 from producers.simulate.cluster import (
     Change,
     ContainerCrashed,
@@ -19,7 +21,12 @@ from producers.simulate.cluster import (
     PodFinished,
     PodSpec,
     PodUnschedulable,
+    WorkloadAdmitted,
+    WorkloadCreated,
+    WorkloadFinished,
+    WorkloadPending,
 )
+from producers.simulate.kube import kueue
 from producers.simulate.kube import manifests as m
 from producers.simulate.kube.apiserver import rfc3339
 from producers.simulate.topology import GPU_RESOURCE, NodeLayout
@@ -27,6 +34,8 @@ from producers.simulate.topology import GPU_RESOURCE, NodeLayout
 __all__ = ["POOL_LABEL", "ApiWriter", "KubeMirror", "node_object", "pod_object"]
 
 Obj = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 POOL_LABEL = "karpenter.sh/nodepool"  # allow-listed by the watcher, so pools show downstream
 NODE_AGE_S = 3 * 3600  # nodes came up three hours before the start: a day would be far behind
@@ -144,6 +153,8 @@ class KubeMirror:
         self._pods: dict[str, Obj] = {}
         self._uids: dict[str, str] = {}
         self._controllers: set[tuple[str, str, str]] = set()
+        self._workloads: dict[str, Obj] = {}
+        self._no_kueue = False
 
     def uid_of(self, uid: str) -> str:
         """The uid the API server gave the pod the simulation calls `uid`: the same on the
@@ -156,9 +167,15 @@ class KubeMirror:
             self.api.create("nodes", node_object(node, self.epoch - NODE_AGE_S))
 
     def apply(self, change: Change) -> None:
-        """One pod change as the API update that shows it; process changes are not the API's."""
+        """One pod or Kueue workload change as the API update that shows it; process
+        changes are not the API's."""
         if isinstance(change, PodCreated):
             self._create(change.spec)
+            return
+        if isinstance(
+            change, WorkloadCreated | WorkloadPending | WorkloadAdmitted | WorkloadFinished
+        ):
+            self._workload(change)
             return
         pod = self._pods.get(change.uid)
         if pod is None:
@@ -187,6 +204,61 @@ class KubeMirror:
         else:
             return
         self._pods[change.uid] = self.api.update("pods", new)
+
+    def _workload(
+        self, change: WorkloadCreated | WorkloadPending | WorkloadAdmitted | WorkloadFinished
+    ) -> None:
+        """Kueue's side: the suspended Job and its Workload, then the Workload's status.
+        Where the server does not serve Workloads (Kueue's CRD not installed), said once."""
+        at = self.epoch + change.at
+        if isinstance(change, WorkloadCreated):
+            job = change.job
+            key = ("jobs", job.namespace, job.workload)
+            if key not in self._controllers:
+                self._controllers.add(key)
+                meta = {"name": job.workload, "namespace": job.namespace,
+                        "labels": dict(job.labels), "creationTimestamp": rfc3339(at)}  # fmt: skip
+                self.api.create("jobs", {"metadata": meta, "spec": {"backoffLimit": 0,
+                                                                    "suspend": True}})  # fmt: skip
+            obj = kueue.workload(
+                job.name,
+                job.namespace,
+                created=at,
+                queue=job.queue,
+                job=(job.workload, job.job_uid),
+                pods=job.pods,
+                gpus_per_pod=job.gpus_per_pod,
+                labels=job.labels,
+                priority_class=job.priority_class,
+            )
+            self._write_workload(job.uid, obj, create=True)
+            return
+        current = self._workloads.get(change.uid)
+        if current is None:
+            return
+        if isinstance(change, WorkloadPending):
+            new = kueue.pending(current, at, change.message)
+        elif isinstance(change, WorkloadAdmitted):
+            new = kueue.admitted(current, at, change.cluster_queue)
+        else:
+            new = kueue.finished(current, at, succeeded=change.succeeded)
+        self._write_workload(change.uid, new, create=False)
+
+    def _write_workload(self, uid: str, obj: Obj, *, create: bool) -> None:
+        if self._no_kueue:
+            return
+        try:
+            stored = (
+                self.api.create("workloads", obj) if create else self.api.update("workloads", obj)
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            log.warning("the API server serves no Kueue Workloads (its CRD not installed): "
+                        "the simulated Kueue's workloads are not written")  # fmt: skip
+            self._no_kueue = True
+            return
+        self._workloads[uid] = stored
 
     def _create(self, spec: PodSpec) -> None:
         controller = _controller(spec)

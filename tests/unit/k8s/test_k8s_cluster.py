@@ -38,8 +38,8 @@ POD_BEFORE_CLUSTERS = (
     b'tes.io/name":"vllm"},"owner":{"kind":"ReplicaSet","name":"vllm-llama-6b7c9d5f8"},"prio'
     b'rity_class":"serving-high","queue":null}'
 )
-# Added within v1 since (after the cluster field): the pod's controller uid.
-POD_ADDED_SINCE = b',"controller_uid":"3f2e1d0c-9b8a-4765-8432-10fedcba9876"}'
+# Added within v1 since (after the cluster field): the pod's controller uid, its gates.
+POD_ADDED_SINCE = b',"controller_uid":"3f2e1d0c-9b8a-4765-8432-10fedcba9876","scheduling_gates":[]}'
 POD_NOW = POD_BEFORE_CLUSTERS[:-1] + POD_ADDED_SINCE
 
 

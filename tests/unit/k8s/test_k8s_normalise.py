@@ -86,6 +86,7 @@ def test_pending_unschedulable_keeps_the_schedulers_reason_and_message(fixture: 
         priority_class="research",
         queue=None,
         controller_uid="0c6d7d5e-2f9b-4c61-9a6e-5b3a8f0e6f21",  # the Job's uid
+        scheduling_gates=(),
     )
 
 

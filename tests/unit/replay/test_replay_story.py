@@ -218,3 +218,49 @@ def test_a_fault_of_a_gpu_shared_by_the_pod_is_in_its_story() -> None:
     named = [(e.record.name, (e.ts - T0) // S) for e in events if isinstance(e.record, Alert)]
     assert ("GpuXidError", 480) in named
     assert all(name != "GpuThrottled" for name, _ in named)  # another pod's GPU
+
+
+def test_a_pods_story_starts_with_its_jobs_kueue_workload() -> None:
+    """The workload of the pod's Job (linked by the pod's controller uid): created, waiting
+    for quota, admitted; a RESYNC or a status write that moves nothing is left out; another
+    job's workload is not the pod's."""
+    from schemas import K8sWorkload
+    from schemas.examples import example
+
+    job = "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908"
+
+    def workload(ts: int, version: str, *conditions: tuple[str, str, str], **more: object):  # type: ignore[no-untyped-def]
+        data = example("gpuwatch.k8s.workload/v1")
+        data.update(
+            ts=ts, resource_version=version, created_at=T0 - 20 * MIN,
+            job_uid=more.pop("job_uid", job),
+            conditions=[{"type": t, "status": s, "reason": r, "message": "insufficient unused "
+                         "quota for nvidia.com/gpu in flavor h100, 4 more needed", "at": ts}
+                        for t, s, r in conditions], **more,
+        )  # fmt: skip
+        return msgspec.convert(data, K8sWorkload)
+
+    waiting = ("QuotaReserved", "False", "Pending")
+    found = incident()
+    found.pods = [msgspec.structs.replace(p, controller_uid=job) for p in found.pods]
+    for record in [
+        workload(T0 - 20 * MIN, "1"),  # before the range: left out
+        workload(T0 - 20 * MIN + S, "2", waiting),  # before the range: left out
+        workload(T0 + 10 * S, "3", waiting, type="RESYNC"),  # nothing new
+        workload(T0 + 20 * S, "4", ("QuotaReserved", "True", "QuotaReserved"),
+                 ("Admitted", "True", "Admitted"), cluster_queue="research"),
+        workload(T0 + 20 * S, "4", ("QuotaReserved", "True", "QuotaReserved"),
+                 ("Admitted", "True", "Admitted"), cluster_queue="research"),  # again
+        workload(T0 + 15 * MIN, "9", ("Finished", "True", "Succeeded")),
+        workload(T0 + 16 * MIN, "10", ("Finished", "True", "Succeeded"), job_uid="another"),
+    ]:  # fmt: skip
+        found.add(record)
+    subject = Subject("pod", "ml/train-0")
+    scope = resolve(subject, found)
+    assert scope.jobs == {job}
+    events = assemble(subject, SPAN, found, scope)
+    kueue = [(e.ts - T0, e.record.resource_version) for e in events if e.kind == "workload"]
+    assert kueue == [(20 * S, "4"), (15 * MIN, "9")]
+    # At one instant the workload comes before the pod's own transition.
+    at_end = [e.kind for e in events if e.ts == T0 + 15 * MIN]
+    assert at_end[:2] == ["workload", "lifecycle"]

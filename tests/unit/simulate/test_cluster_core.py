@@ -17,6 +17,9 @@ from producers.simulate.cluster import (
     PodUnschedulable,
     ProcessStarted,
     ProcessStopped,
+    WorkloadAdmitted,
+    WorkloadFinished,
+    WorkloadPending,
 )
 from producers.simulate.gpus import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
 from producers.simulate.scenario import load_scenario, parse_scenario, with_overrides
@@ -354,3 +357,66 @@ def test_dra_nodes_advertise_no_extended_resource_and_publish_a_slice() -> None:
     assert {(name, d.uuid) for (_, _, name), d in table.items()} == {
         (f"gpu-{g.index}", g.uuid) for g in nodes[0].gpus
     }
+
+
+KUEUE = """
+name: kueue
+nodes:
+  - {pool: a, count: 1, gpus_per_node: 4}
+queues:
+  - {name: research, gpus: 4}
+workloads:
+  - {name: first, kind: training, pods: 2, gpus: 2, queue: research, duration_s: 100, pull_s: 0}
+  - {name: second, kind: training, pods: 4, gpus: 1, queue: research, duration_s: 50, pull_s: 0}
+  - {name: third, kind: training, pods: 1, gpus: 1, queue: research, start_s: 1, pull_s: 0}
+  - {name: huge, kind: training, pods: 2, gpus: 4, queue: big, pull_s: 0}
+  - {name: plain, kind: training, gpus: 0, pull_s: 0}
+queues_extra: []
+"""
+
+
+def test_kueue_holds_queued_jobs_without_pods_until_their_quota_is_free() -> None:
+    text = KUEUE.replace("queues_extra: []\n", "").replace(
+        "  - {name: research, gpus: 4}", "  - {name: research, gpus: 4}\n  - {name: big, gpus: 4}"
+    )
+    c = cluster(text)
+    changes = c.advance(10.0)
+    jobs = {j.workload: j for j in c.jobs.values()}
+    kueue = [
+        (type(ch).__name__, ch.at, jobs_by_uid.workload)
+        for ch in changes
+        if isinstance(ch, WorkloadPending | WorkloadAdmitted | WorkloadFinished)
+        for jobs_by_uid in [c.jobs[ch.uid]]
+    ]
+    # first fits (4 of 4), second waits; third waits behind it untried (StrictFIFO: the
+    # head blocks the queue, no message); huge never fits its queue.
+    assert kueue == [
+        ("WorkloadAdmitted", 0.0, "first"),
+        ("WorkloadPending", 0.0, "second"),
+        ("WorkloadPending", 0.0, "huge"),
+    ]
+    pending = {
+        c.jobs[ch.uid].workload: ch.message for ch in changes if isinstance(ch, WorkloadPending)
+    }
+    assert pending["second"].endswith(
+        "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 4 more needed"
+    )
+    assert "current podset request (8) > maximum capacity (4)" in pending["huge"]
+    names = {p.spec.name for p in c.pods.values()}
+    assert names == {"first-0", "first-1", "plain-0"}  # no pod of a waiting job
+    assert jobs["first"].job_uid == "owner-job-first"
+    assert c.pod_named("first-0").spec.labels["kueue.x-k8s.io/queue-name"] == "research"
+
+    later = c.advance(200.0)
+    order = [
+        (type(ch).__name__, ch.at, c.jobs[ch.uid].workload)
+        for ch in later
+        if isinstance(ch, WorkloadAdmitted | WorkloadFinished)
+    ]
+    assert order == [
+        ("WorkloadFinished", 100.0, "first"),
+        ("WorkloadAdmitted", 100.0, "second"),
+        ("WorkloadFinished", 150.0, "second"),
+        ("WorkloadAdmitted", 150.0, "third"),
+    ]
+    assert c.pod_named("second-3").spec.created_s == 100.0

@@ -124,6 +124,16 @@ def test_spans_are_numbers_or_pairs() -> None:
         ),
         ("name: x\nnodes:\n  - pool: a\n  - pool: a\n", "$.nodes[1].pool: 'a' is named twice"),
         (
+            "name: x\nnodes:\n  - {pool: a}\nworkloads:\n  - {name: w, kind: training, queue: q}\n",
+            "$.workloads[0].queue: no queue 'q' in queues (queues: none)",
+        ),
+        (
+            "name: x\nnodes:\n  - {pool: a}\nqueues:\n  - {name: q, gpus: 4}\nworkloads:\n"
+            "  - {name: w, kind: inference, queue: q, recreate_after_s: 5}\n",
+            "$.workloads[0].queue: Kueue queues jobs here: give owner: job; "
+            "$.workloads[0].recreate_after_s: a queued job's pods are not recreated",
+        ),
+        (
             "name: x\nnodes:\n  - {pool: d, dra: true, sharing: time-slicing, replicas: 2}\n",
             "$.nodes[0].dra: a DRA pool shares GPUs through shared claims, not replicas",
         ),

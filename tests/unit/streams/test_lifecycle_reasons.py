@@ -76,7 +76,13 @@ def test_kueues_own_gate_is_kueue_admission_with_or_without_a_queue_label() -> N
     assert observe(msgspec.structs.replace(held, conditions=())).reason == "KueueAdmission"
     other = msgspec.structs.replace(held, scheduling_gates=("example.com/provisioning",))
     assert observe(other).reason == "SchedulingGated"
-    assert observe(msgspec.structs.replace(other, queue="team-a")).reason == "WaitingForQuota"
+    assert observe(msgspec.structs.replace(other, queue="team-a")).reason == "SchedulingGated"
+    # An admitted job's pod keeps its queue label, without a gate: not waiting for quota.
+    admitted = msgspec.structs.replace(held, conditions=(), scheduling_gates=(), queue="team-a")
+    assert observe(admitted).reason == "Scheduling"
+    # Gates not told (an older watcher's messages): the queue label is all there is.
+    told_nothing = msgspec.structs.replace(admitted, scheduling_gates=None)
+    assert observe(told_nothing).reason == "WaitingForQuota"
 
 
 def test_queued_reason_comes_from_the_first_waiting_container() -> None:
