@@ -1,4 +1,4 @@
-"""`gpuwatch k8s-watcher`: the Kubernetes producer, pods and nodes to Kafka."""
+"""`gpuwatch k8s-watcher`: the Kubernetes producer, pods, nodes and Kueue workloads to Kafka."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ DESCRIPTION = (
     "every change that matters as gpuwatch.k8s.pod/v1 to k8s.pods (key: pod uid) and "
     "gpuwatch.k8s.node/v1 to k8s.nodes (key: node name), each naming the cluster "
     "(--cluster, GPUWATCH_CLUSTER). Pods: those that request a GPU "
-    "resource in any container or init container, plus the pods named in "
-    "GPUWATCH_WATCH_EXTRA_PODS; nodes: those with GPU capacity. A watch resumes from "
+    "resource in any container or init container, those that use ResourceClaims "
+    "(GPUWATCH_WATCH_CLAIM_PODS), plus the pods named in GPUWATCH_WATCH_EXTRA_PODS; "
+    "nodes: those with GPU capacity. Where the cluster serves Kueue, its Workloads go "
+    "to k8s.workloads as gpuwatch.k8s.workload/v1 (key: workload uid; "
+    "GPUWATCH_WATCH_WORKLOADS); without Kueue that is said once. A watch resumes from "
     "its last resourceVersion; after 410 Gone it relists and publishes the difference "
     "(RESYNC for changed pods, DELETED for vanished ones). Connects with the in-cluster "
     "service account, else --kubeconfig, $KUBECONFIG or ~/.kube/config; the RBAC it "
@@ -35,7 +38,7 @@ def add_parser(verbs: Any) -> None:
         verbs,
         "k8s-watcher",
         _k8s_watcher,
-        "the Kubernetes producer: pods and nodes to Kafka",
+        "the Kubernetes producer: pods, nodes and Kueue workloads to Kafka",
         DESCRIPTION,
     )
     watcher.add_argument(

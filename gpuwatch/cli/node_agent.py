@@ -26,7 +26,9 @@ def add_parser(verbs: Any) -> None:
         "the NVML producer of one GPU node",
         "Sample every GPU and MIG instance of this node through NVML on a "
         "drift-free schedule, resolve each GPU process to its pod (/proc/PID/cgroup), read "
-        "which pod holds which device (kubelet PodResources socket), and publish one "
+        "which pod holds which device (kubelet PodResources socket; a device allocated "
+        "through a ResourceClaim is found by uuid in this node's ResourceSlices, read from "
+        "the API server once one is listed, GPUWATCH_DRA_DRIVERS), and publish one "
         "gpuwatch.nvml.sample/v1 message per tick to the nvml.samples topic, naming the "
         "cluster (--cluster, GPUWATCH_CLUSTER). Sampling "
         "never waits for Kafka: samples wait in a bounded buffer (oldest dropped first, "
