@@ -420,3 +420,24 @@ def test_kueue_holds_queued_jobs_without_pods_until_their_quota_is_free() -> Non
         ("WorkloadAdmitted", 150.0, "third"),
     ]
     assert c.pod_named("second-3").spec.created_s == 100.0
+
+
+def test_a_dra_mig_pool_publishes_its_instances_and_claims_map_to_them() -> None:
+    from producers.podresources.dra import table_from_slices
+    from producers.simulate.topology import resource_slice
+
+    (node,) = layout(
+        parse_scenario(
+            "name: m\nnodes:\n  - {pool: m, gpus_per_node: 1, sharing: mig, dra: true, "
+            "mig_profiles: [3g.40gb, 1g.10gb]}\n"
+        )
+    )
+    table = table_from_slices([resource_slice(node)], {"gpu.nvidia.com"})
+    found = {name: (d.type, d.profile, d.resource) for (_, _, name), d in table.items()}
+    assert found == {
+        "gpu-0-mig-3g40gb-0": ("mig", "3g.40gb", "gpu.nvidia.com/mig-3g.40gb"),
+        "gpu-0-mig-1g10gb-1": ("mig", "1g.10gb", "gpu.nvidia.com/mig-1g.10gb"),
+    }
+    parents = {d.parent_uuid for d in table.values()}
+    assert parents == {node.gpus[0].uuid}
+    assert node.capacity == {"nvidia.com/gpu": 0}  # the device plugin's resource: none
