@@ -31,6 +31,7 @@ from gpuwatch.top.view import (
     render_json,
     render_text,
 )
+from gpuwatch.top.workloads import parse_workload
 from schemas.fields import DEFAULT_CLUSTER, LifecycleState
 from schemas.settings import RedisSettings
 from sinks.redis import client
@@ -246,6 +247,7 @@ class Reader:
         pipe.zcard(keys.gpus())
         pipe.hgetall(keys.alerts_firing())
         pipe.hgetall(keys.capacity())
+        pipe.hgetall(keys.workloads())
         for each in wanted:
             pipe.zrevrange(keys.state(each), 0, cap - 1)
         pipe.zrevrange(keys.gpus(), 0, cap - 1)
@@ -253,7 +255,8 @@ class Reader:
         counts: dict[str, int] = {s: int(n) for s, n in zip(STATES, first, strict=False)}
         gpus_total, firing = int(first[len(STATES)]), first[len(STATES) + 1]
         capacity: dict[str, str] = first[len(STATES) + 2]
-        lists = dict(zip(wanted, first[len(STATES) + 3 : -1], strict=True))
+        workloads: dict[str, str] = first[len(STATES) + 3]
+        lists = dict(zip(wanted, first[len(STATES) + 4 : -1], strict=True))
         picked = pick_uids(lists, wanted, cap)
         gpu_uuids: list[str] = first[-1]
 
@@ -278,6 +281,9 @@ class Reader:
             alerts=alerts,
             capacity=tuple(
                 row for _, raw in sorted(capacity.items()) if (row := parse_capacity(raw))
+            ),
+            workloads=tuple(
+                found for _, raw in sorted(workloads.items()) if (found := parse_workload(raw))
             ),
             pod_names=names,
             state_counts=counts,

@@ -20,6 +20,7 @@ from gpuwatch.top.capacity import (
     capacity_json,
     capacity_line,
 )
+from gpuwatch.top.workloads import WorkloadRow, queued, workload_json
 from schemas.fields import DEFAULT_CLUSTER
 
 __all__ = [
@@ -138,6 +139,8 @@ class Snapshot:
     gpus: tuple[GpuRow, ...] = ()
     alerts: tuple[AlertRow, ...] = ()
     capacity: tuple[CapacityRow, ...] = ()
+    workloads: tuple[WorkloadRow, ...] = ()
+    """Kueue's workloads, as the Redis sink last saw each."""
     pod_names: Mapping[str, str] = field(default_factory=dict)
     state_counts: Mapping[str, int] = field(default_factory=dict)
     pods_left_out: int = 0
@@ -147,9 +150,14 @@ class Snapshot:
 
     @property
     def empty(self) -> bool:
-        """Nothing at all under the prefix that top reads: no pods, GPUs, alerts or capacity."""
+        """Nothing at all under the prefix that top reads: no pods, GPUs, alerts, capacity
+        or workloads."""
         return not (
-            sum(self.state_counts.values()) or self.gpus_total or self.alerts or self.capacity
+            sum(self.state_counts.values())
+            or self.gpus_total
+            or self.alerts
+            or self.capacity
+            or self.workloads
         )
 
 
@@ -400,8 +408,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int
 
 def clusters(snapshot: Snapshot) -> list[str]:
     """The clusters of the snapshot's pods, GPUs, alerts and capacity, in order."""
-    rows: list[PodRow | GpuRow | AlertRow | CapacityRow] = [
-        *snapshot.pods, *snapshot.gpus, *snapshot.alerts, *snapshot.capacity
+    rows: list[PodRow | GpuRow | AlertRow | CapacityRow | WorkloadRow] = [
+        *snapshot.pods, *snapshot.gpus, *snapshot.alerts, *snapshot.capacity, *snapshot.workloads
     ]  # fmt: skip
     return sorted({row.cluster for row in rows})
 
@@ -494,6 +502,42 @@ def _alerts_table(
     return _table(*_with_cluster(by_cluster, headers, rows, {3}, view.alerts))
 
 
+def _kueue_rows(snapshot: Snapshot, query: Query) -> list[WorkloadRow]:
+    """The workloads waiting in Kueue's queues, longest first, of the cluster, namespace
+    and team asked for."""
+    return [
+        r
+        for r in queued(snapshot.workloads)
+        if query.cluster in (None, r.cluster)
+        and query.namespace in (None, r.namespace)
+        and query.team in (None, r.team)
+    ]
+
+
+def _kueue_lines(snapshot: Snapshot, query: Query, now_ms: int, by_cluster: bool) -> list[str]:
+    """The QUEUED IN KUEUE section: a job Kueue holds has no pod to show it; none where
+    nothing waits (and no Kueue)."""
+    rows = _kueue_rows(snapshot, query)
+    if not rows:
+        return []
+    headers = ["WORKLOAD", "QUEUE", "TEAM", "PODS", "GPUS", "REASON", "FOR", "OWNER"]
+    cells = [
+        [
+            f"{r.namespace}/{r.name}",
+            r.queue or _NONE,
+            r.team or _NONE,
+            str(r.pods),
+            str(r.gpus),
+            r.reason or _NONE,
+            fmt_age(now_ms - r.since),
+            r.owner or _NONE,
+        ]
+        for r in rows
+    ]
+    table = _table(*_with_cluster(by_cluster, headers, cells, {3, 4, 6}, rows))
+    return [f"QUEUED IN KUEUE ({len(rows)})", *table, ""]
+
+
 def _section(title: str, lines: list[str], shown: int, matched: int) -> list[str]:
     body = lines if shown else [*lines, "(none)"]
     more = [f"({matched - shown} more; raise --limit)"] if matched > shown else []
@@ -547,6 +591,7 @@ def render_text(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
         *([f"clusters: {' '.join(seen)}"] if by_cluster else []),
         *_capacity_lines(snapshot, query, by_cluster),
         "",
+        *_kueue_lines(snapshot, query, now_ms, by_cluster),
         *_section(
             "PODS",
             _pods_table(view, now_ms, by_cluster, gpu_faults(snapshot), blocks(snapshot)),
@@ -672,6 +717,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
                 _capacity_rows(snapshot, query), key=lambda r: (r.cluster, r.model, r.resource)
             )
         ],
+        "kueue_queued": [workload_json(r, now_ms) for r in _kueue_rows(snapshot, query)],
         "notes": notes(snapshot, header),
     }
     return json.dumps(doc, sort_keys=False) + "\n"

@@ -271,6 +271,8 @@ class QueuedJob:
     labels: Mapping[str, str]
     priority_class: str | None
     created_s: float
+    claims: bool = False
+    """Its pods' GPUs come through ResourceClaims (DRA), not an extended resource."""
 
     @property
     def job_uid(self) -> str:
@@ -569,6 +571,7 @@ class Cluster:
             labels=spec.labels,
             priority_class=spec.priority_class,
             created_s=created_s,
+            claims=spec.claim is not None,
         )
 
     def _admit(self, t: float, out: list[Change]) -> None:

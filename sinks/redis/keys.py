@@ -145,6 +145,17 @@ class RedisKeys:
         JSON of its latest record, the picture now (public)."""
         return f"{self.prefix}capacity"
 
+    # -- Kueue workloads ---------------------------------------------------------------
+    def workloads(self) -> str:
+        """Hash: a Kueue workload's uid -> JSON of its latest `k8s.workloads` record, while
+        the workload exists (public)."""
+        return f"{self.prefix}workloads"
+
+    def workloads_deleted(self) -> str:
+        """Sorted set: uids of workloads deleted in the last day, by the deletion's time (a
+        late record of before it is kept out)."""
+        return f"{self.prefix}workloads:deleted"
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)

@@ -20,6 +20,7 @@ from schemas.capacity import Capacity
 from schemas.fields import DEFAULT_CLUSTER, Cluster, Sharing
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, NodeName, PodUid
+from schemas.k8s_workload import K8sWorkload
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from sinks.redis.keys import RedisKeys
@@ -46,7 +47,10 @@ ScriptName = Literal[
     "gpu_live",
     "positions",
     "field_if_newer",
+    "workload",
 ]
+DELETED_KEEP_MS = 86_400_000
+"""How long a Kueue workload's deletion is remembered against late records of it."""
 NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
 GPU_LIVE_CHUNK = 500
 """GPUs per `gpu_live` call: one call is one round of Lua in Redis, short enough (about a
@@ -77,7 +81,7 @@ class GpuLive(msgspec.Struct, frozen=True, kw_only=True):
     cluster: Cluster = DEFAULT_CLUSTER
 
 
-SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | Capacity | GpuLive
+SinkRecord = PodLifecycle | Attribution | GpuWindow | Alert | Capacity | K8sWorkload | GpuLive
 
 
 class Command(NamedTuple):
@@ -154,8 +158,10 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
     planned: list[tuple[int, list[Command]]] = []
     seen: set[tuple[object, ...]] = set()
     for position, record in enumerate(batch):
-        if isinstance(record, Capacity):
-            command = _capacity(record, opts)
+        if isinstance(record, Capacity | K8sWorkload):
+            command = (
+                _capacity(record, opts) if isinstance(record, Capacity) else _workload(record, opts)
+            )
             held = newest_capacity.get(command.args[0])
             if held is None or _capacity_order(command) > _capacity_order(held[1]):
                 newest_capacity[command.args[0]] = (position, command)
@@ -313,10 +319,21 @@ def _capacity(record: Capacity, opts: PlanOptions) -> Command:
     return Command("field_if_newer", (opts.keys.capacity(),), (key, str(record.ts), message))
 
 
-def _capacity_order(command: Command) -> tuple[int, str]:
-    """Which of two capacity writes of one key the hash keeps: the later ts, then the
-    greater JSON (field_if_newer.lua)."""
-    return int(command.args[1]), command.args[2]
+def _workload(record: K8sWorkload, opts: PlanOptions) -> Command:
+    """A Kueue workload's latest record under its uid, unless a later one is there; its
+    DELETED record removes it (workload.lua)."""
+    message = _json(msgspec.to_builtins(record))
+    deleted = "1" if record.type == "DELETED" else ""
+    keys = (opts.keys.workloads(), opts.keys.workloads_deleted())
+    args = (record.uid, str(record.ts), message, deleted, str(DELETED_KEEP_MS))
+    return Command("workload", keys, args)
+
+
+def _capacity_order(command: Command) -> tuple[int, bool, str]:
+    """Which of two writes of one field a hash keeps: the later ts, then a deletion, then
+    the greater JSON (field_if_newer.lua, workload.lua)."""
+    deletes = command.script == "workload" and command.args[3] == "1"
+    return int(command.args[1]), deletes, command.args[2]
 
 
 def _pods_of(record: Alert) -> list[PodUid]:

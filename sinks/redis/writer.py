@@ -32,7 +32,7 @@ from schemas.codec import SchemaError, TopicSpec
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import Settings
-from schemas.topics import NVML_SAMPLES, SINK_TOPICS
+from schemas.topics import K8S_WORKLOADS, NVML_SAMPLES, SINK_TOPICS
 from sinks.consumer import Consumer, ConsumerFactory, ConsumerLoop, KafkaClient, Message
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.plan import GpuLive, SinkRecord
@@ -56,6 +56,11 @@ LOG_EVERY_S = 30.0  # one warning per this many seconds while Redis is away
 CHECK_EVERY_S = 5.0  # how often Redis's stored positions are compared with the group's
 LIVE_LOOKBACK_S = 300.0  # a new group's sample partitions start this far back in wall time
 REJOIN_LIMIT_S = 30.0  # commits refused as "rejoining" this long: a new consumer joins anew
+
+
+REDIS_TOPICS = (*SINK_TOPICS, K8S_WORKLOADS)
+"""What the Redis sink writes besides the live GPU states: the derived topics, and Kueue's
+workloads as the watcher publishes them (the picture of what waits in Kueue's queues)."""
 
 
 def redis_group(settings: Settings) -> str:
@@ -85,10 +90,10 @@ class RedisWriter(ConsumerLoop):
         )
         self.live = live
         self.samples_topic = NVML_SAMPLES.full_name(prefix)
-        topics = [*(spec.full_name(prefix) for spec in SINK_TOPICS), self.samples_topic]
+        topics = [*(spec.full_name(prefix) for spec in REDIS_TOPICS), self.samples_topic]
         super().__init__(settings.kafka, kafka, topics)
         self._decoders: dict[str, TopicSpec[Any]] = {
-            spec.full_name(prefix): spec for spec in SINK_TOPICS
+            spec.full_name(prefix): spec for spec in REDIS_TOPICS
         }
         self._monotonic = monotonic
         self._wall = wall

@@ -230,6 +230,7 @@ class KubeMirror:
                 gpus_per_pod=job.gpus_per_pod,
                 labels=job.labels,
                 priority_class=job.priority_class,
+                claim_template=f"{job.workload}-gpus" if job.claims else None,
             )
             self._write_workload(job.uid, obj, create=True)
             return

@@ -39,11 +39,16 @@ def workload(
     labels: Mapping[str, str] | None = None,
     priority: int | None = None,
     priority_class: str | None = None,
+    claim_template: str | None = None,
 ) -> Obj:
     """The Workload Kueue makes for a suspended Job (`job`: its name and uid): one pod set
-    `main` of `pods` pods, each asking for `gpus_per_pod`."""
+    `main` of `pods` pods, each asking for `gpus_per_pod`, or with `claim_template` for
+    a ResourceClaim made from that template (GPUs through DRA: no extended resource)."""
     job_name, job_uid = job
     requests = {resource: str(count) for resource, count in gpus_per_pod.items()}
+    resources: Obj = {"requests": dict(requests), "limits": requests}
+    if claim_template is not None:
+        resources = {"claims": [{"name": "gpus"}]}
     spec: Obj = {
         "active": True,
         "queueName": queue,
@@ -59,9 +64,18 @@ def workload(
                             {
                                 "name": "main",
                                 "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                                "resources": {"requests": dict(requests), "limits": requests},
+                                "resources": resources,
                             }
                         ],
+                        **(
+                            {
+                                "resourceClaims": [
+                                    {"name": "gpus", "resourceClaimTemplateName": claim_template}
+                                ]
+                            }
+                            if claim_template is not None
+                            else {}
+                        ),
                     },
                 },
             }
@@ -121,7 +135,7 @@ def admitted(obj: Obj, at: float, cluster_queue: str, flavor: str = "default-fla
     """Quota reserved in `cluster_queue` and admitted (no admission checks)."""
     out = copy.deepcopy(obj)
     pod_set = out["spec"]["podSets"][0]
-    resources = pod_set["template"]["spec"]["containers"][0]["resources"]["requests"]
+    resources = pod_set["template"]["spec"]["containers"][0]["resources"].get("requests", {})
     out.setdefault("status", {})["admission"] = {
         "clusterQueue": cluster_queue,
         "podSetAssignments": [

@@ -19,6 +19,7 @@ from schemas.attribution import Attribution
 from schemas.capacity import Capacity
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
+from schemas.k8s_workload import K8sWorkload
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
 from sinks.redis.plan import GpuLive, SinkRecord
@@ -377,6 +378,31 @@ def test_capacity_records_of_one_ts_settle_on_one_whatever_the_order(
             _drop(client, prefix)
     assert seen[0] == seen[1]
     assert seen[0] is not None
+
+
+def kueue(uid: str, ts: int, type_: str = "MODIFIED", **kw: Any) -> K8sWorkload:
+    return _record("gpuwatch.k8s.workload/v1", K8sWorkload, uid=uid, ts=ts, type=type_, **kw)
+
+
+def test_kueue_workloads_keep_their_latest_record_until_deleted(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    waiting, admitted = kueue("w1", 1000), kueue("w1", 2000, cluster_queue="research")
+    other = kueue("w2", 1500)
+    with make_sink(stack, prefix) as sink:
+        sink.apply([waiting, other])
+        sink.apply([admitted, kueue("w1", 500)])  # an older one comes late: kept out
+        sink.apply([waiting])  # read again
+        stored = client.hgetall(f"{prefix}workloads")
+        assert set(stored) == {"w1", "w2"}
+        assert msgspec.json.decode(stored["w1"], type=K8sWorkload) == admitted
+        # Deleted, even at the ts of the record it follows; an older replay stays out.
+        sink.apply([kueue("w2", 1500, "DELETED"), kueue("w1", 3000, "DELETED")])
+        sink.apply([kueue("w1", 2500)])
+    assert client.hgetall(f"{prefix}workloads") == {}
+    assert client.zrange(f"{prefix}workloads:deleted", 0, -1, withscores=True) == [
+        ("w2", 1500.0), ("w1", 3000.0)
+    ]  # fmt: skip
 
 
 def test_a_fragmentation_block_is_a_pod_alert_until_resolved(

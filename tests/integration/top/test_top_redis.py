@@ -28,6 +28,7 @@ from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
 from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, POD_UID_3, example
+from schemas.k8s_workload import K8sWorkload
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
 from sinks.redis.plan import GpuLive, SinkRecord
@@ -412,3 +413,47 @@ def test_unreachable_redis_in_process_raises_with_the_redacted_url() -> None:
     url = f"redis://user:pw@127.0.0.1:{_refused_port()}/3"
     with pytest.raises(top.TopUnavailable, match=r"redis://user:\*\*\*@127\.0\.0\.1:\d+/3"):
         top.run(RedisSettings(url=url), top.TopOptions(once=True), io.StringIO())
+
+
+def test_jobs_waiting_in_kueue_have_a_section_of_their_own(stack: Settings, prefix: str) -> None:
+    """A job Kueue holds has no pods: top shows its workload, longest waiting first, with
+    Kueue's reason; admitted, finished and deleted workloads are not listed."""
+    t = int(time.time() * 1000)
+    message = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor h100, 24 more needed"
+    )
+    pending = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                "message": message, "at": t - 20 * MIN}]  # fmt: skip
+    admitted = [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "",
+         "at": t - MIN},
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "at": t - MIN},
+    ]  # fmt: skip
+
+    def kueue(uid: str, name: str, created: int, conditions: list[Any], **kw: Any) -> K8sWorkload:
+        return _record("gpuwatch.k8s.workload/v1", K8sWorkload, uid=uid, name=name, ts=t - MIN,
+                       created_at=created, conditions=conditions, **kw)  # fmt: skip
+
+    with RedisSink(stack.redis, key_prefix=prefix) as sink:
+        sink.apply([
+            kueue("w-new", "job-eval-11aa2", t - 5 * MIN, [], pods=1,
+                  gpu_request={"nvidia.com/gpu": 2}, labels={"team": "nlp"}),
+            kueue("w-old", "job-pretrain-3f2a1", t - 20 * MIN, pending),
+            kueue("w-in", "job-admitted-0c1d2", t - 30 * MIN, admitted),
+        ])  # fmt: skip
+    url = stack.redis.url.get_secret_value()
+    result = gpuwatch("top", "--once", "--key-prefix", prefix, url=url)
+    assert result.returncode == 0, result.stderr
+    assert section(result.stdout, "QUEUED IN KUEUE") == [
+        "WORKLOAD|QUEUE|TEAM|PODS|GPUS|REASON|FOR|OWNER",
+        "research/job-pretrain-3f2a1|research|vision|4|32|WaitingForQuota|20m00s|Job/llm-pretrain",
+        "research/job-eval-11aa2|research|nlp|1|2|Pending|5m00s|Job/llm-pretrain",
+    ]
+    out = io.StringIO()
+    options = top.TopOptions(query=Query(team="nlp"), key_prefix=prefix, json=True)
+    assert top.run(stack.redis, options, out, now=lambda: t / 1000) == 0
+    (only,) = json.loads(out.getvalue())["kueue_queued"]
+    assert (only["name"], only["reason"], only["for_s"], only["gpus"]) == (
+        "job-eval-11aa2", "Pending", 300.0, 2
+    )  # fmt: skip

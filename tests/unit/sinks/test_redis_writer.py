@@ -435,7 +435,7 @@ def test_the_writer_knows_its_topics_before_it_joins_the_group() -> None:
     w.run()
     assert consumer.calls == [*(f"metadata {topic}" for topic in w.topics), "subscribe"]
     assert w.topics[-1] == SAMPLES
-    assert len(w.topics) == 6
+    assert len(w.topics) == 7  # the 5 derived topics, k8s.workloads, the samples
 
 
 def sample_msg(offset: int, ts: int, util_pct: float, partition: int = 0) -> Msg:
