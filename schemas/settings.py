@@ -415,9 +415,11 @@ class WatcherSettings(BaseModel):
     """Watch Kueue's Workloads (`k8s.workloads`) where the cluster serves them; with
     Kueue absent nothing is asked but, every 5 minutes, whether it is there now."""
     claim_pods: bool = True
-    """Publish pods that use ResourceClaims (GPUs allocated through DRA): their GPU
-    request is no extended resource, so they are published with an empty `gpu_request`,
-    whatever devices their claims ask for."""
+    """Publish pods that use ResourceClaims (GPUs allocated through DRA), their GPU
+    request read from their claims (or claim templates): the devices of
+    `gpu_device_classes`, by class."""
+    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
+    """DeviceClasses whose devices are GPUs (the NVIDIA DRA driver's)."""
     pod_label_allowlist: tuple[str, ...] = (
         "team",
         "project",
@@ -446,6 +448,7 @@ class WatcherSettings(BaseModel):
         "gpu_resources",
         "gpu_resource_prefixes",
         "extra_pods",
+        "gpu_device_classes",
         "pod_label_allowlist",
         "node_label_allowlist",
         mode="before",
@@ -542,6 +545,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WATCH_GPU_RESOURCE_PREFIXES": ("watcher", "gpu_resource_prefixes"),
     "GPUWATCH_WATCH_EXTRA_PODS": ("watcher", "extra_pods"),
     "GPUWATCH_WATCH_CLAIM_PODS": ("watcher", "claim_pods"),
+    "GPUWATCH_WATCH_GPU_DEVICE_CLASSES": ("watcher", "gpu_device_classes"),
     "GPUWATCH_WATCH_WORKLOADS": ("watcher", "watch_workloads"),
     "GPUWATCH_POD_LABEL_ALLOWLIST": ("watcher", "pod_label_allowlist"),
     "GPUWATCH_NODE_LABEL_ALLOWLIST": ("watcher", "node_label_allowlist"),

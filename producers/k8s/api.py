@@ -90,6 +90,11 @@ class KubeApi(Protocol):
         """A ReplicaSet or Job body; None when it does not exist or may not be read."""
         ...
 
+    def get_object(self, api: str, resource: str, namespace: str, name: str) -> bytes | None:
+        """A namespaced object of `api` (`resource.k8s.io/v1`); None when it does not exist
+        or may not be read."""
+        ...
+
     def served_versions(self, group: str) -> tuple[str, ...] | None:
         """The versions of an API group the server serves, its preferred one first; None
         when it serves none (a CRD not installed)."""

@@ -197,6 +197,15 @@ class KubernetesApi:
             raise ApiError(f"{kind} {namespace}/{name}: no answer: {exc!r}") from exc
         return _body(response, f"{kind} {namespace}/{name}")
 
+    def get_object(self, api: str, resource: str, namespace: str, name: str) -> bytes | None:
+        """A namespaced object of API `api` (`resource.k8s.io/v1`); None on 404 or 403."""
+        try:
+            return self.call("GET", f"/apis/{api}/namespaces/{namespace}/{resource}/{name}")
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+
     def served_versions(self, group: str) -> tuple[str, ...] | None:
         """The served versions of `group`, preferred first; None when it is not served."""
         try:

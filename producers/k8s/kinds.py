@@ -8,6 +8,7 @@ from typing import Generic, Protocol, TypeVar
 import msgspec
 
 from producers.k8s.api import Resource
+from producers.k8s.claims import ClaimRequests
 from producers.k8s.normalise import (
     NodeRules,
     PodRules,
@@ -37,6 +38,7 @@ from producers.k8s.workloads import (
     Workload,
     decode_workload_list,
     normalise_workload,
+    pod_set_templates,
     workload_key,
     workload_stamps,
 )
@@ -135,16 +137,25 @@ class PodKind(_ApiKind[Pod]):
 
     resource: Resource = "pods"
 
-    def __init__(self, rules: PodRules, selection: PodSelection, owners: OwnerResolver) -> None:
+    def __init__(
+        self,
+        rules: PodRules,
+        selection: PodSelection,
+        owners: OwnerResolver,
+        claims: ClaimRequests | None = None,
+    ) -> None:
         super().__init__(selection, pod_key, decode_pod_list, POD_DECODER)
         self.rules = rules
         self.owners = owners
+        self.claims = claims or ClaimRequests(None)
 
     def observe(self, obj: Pod) -> Observed[K8sPod]:
-        """The pod's value, owner resolved."""
+        """The pod's value, owner resolved, its claims' GPU devices counted."""
         meta = obj.get("metadata") or {}
-        owner = self.owners.resolve(meta.get("namespace") or "", meta.get("ownerReferences"))
-        value = normalise_pod(obj, self.rules, owner)
+        namespace = meta.get("namespace") or ""
+        owner = self.owners.resolve(namespace, meta.get("ownerReferences"))
+        claimed = self.claims.of(namespace, obj.get("spec") or {})
+        value = normalise_pod(obj, self.rules, owner, claimed)
         return Observed(value.uid, value.resource_version, value, pod_stamps(obj))
 
 
@@ -161,16 +172,24 @@ class WorkloadKind(_ApiKind[Workload]):
 
     resource: Resource = "workloads"
 
-    def __init__(self, rules: PodRules, owners: OwnerResolver) -> None:
+    def __init__(
+        self, rules: PodRules, owners: OwnerResolver, claims: ClaimRequests | None = None
+    ) -> None:
         super().__init__(_Everything(), workload_key, decode_workload_list, WORKLOAD_DECODER)
         self.rules = rules
         self.owners = owners
+        self.claims = claims or ClaimRequests(None)
 
     def observe(self, obj: Workload) -> Observed[K8sWorkload]:
-        """The workload's value, its job's owner resolved."""
+        """The workload's value, its job's owner resolved, its pod sets' claims counted."""
         meta = obj.get("metadata") or {}
-        owner = self.owners.resolve(meta.get("namespace") or "", meta.get("ownerReferences"))
-        value = normalise_workload(obj, self.rules, owner)
+        namespace = meta.get("namespace") or ""
+        owner = self.owners.resolve(namespace, meta.get("ownerReferences"))
+        claimed: dict[str, int] = {}
+        for count, spec in pod_set_templates(obj):
+            for device_class, n in self.claims.of(namespace, spec).items():
+                claimed[device_class] = claimed.get(device_class, 0) + n * count
+        value = normalise_workload(obj, self.rules, owner, claimed)
         return Observed(value.uid, value.resource_version, value, workload_stamps(obj))
 
 

@@ -177,8 +177,11 @@ def _finished_at(pod: Pod, phase: str, conditions: Mapping[str, ConditionObject]
     return max(found) if found else None
 
 
-def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
-    """The pod value (type ADDED, ts 0); MalformedObject when it has no uid or creation time."""
+def normalise_pod(
+    pod: Pod, rules: PodRules, owner: Owner | None, claimed: Mapping[str, int] | None = None
+) -> K8sPod:
+    """The pod value (type ADDED, ts 0); MalformedObject when it has no uid or creation time.
+    `claimed`: the GPU devices its ResourceClaims ask for, by device class."""
     meta = _meta(pod)
     uid = pod_key(pod)
     spec = pod.get("spec") or {}
@@ -206,7 +209,7 @@ def normalise_pod(pod: Pod, rules: PodRules, owner: Owner | None) -> K8sPod:
         ),
         started_at=parse_time(status.get("startTime")),
         finished_at=_finished_at(pod, phase, conditions),
-        gpu_request=effective_request(pod, rules.gpus),
+        gpu_request={**effective_request(pod, rules.gpus), **(claimed or {})},
         conditions=tuple(
             _condition(conditions[name]) for name in POD_CONDITIONS if name in conditions
         ),

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from producers.k8s.api import ApiError, Collection, KubeApi
+from producers.k8s.claims import ClaimLookup, ClaimRequests
 from producers.k8s.kinds import NodeKind, PodKind, WorkloadKind
 from producers.k8s.normalise import NodeRules, PodRules
 from producers.k8s.objects import MalformedObject, OwnerReference, decode_owner
@@ -41,6 +42,21 @@ def api_lookup(api: KubeApi) -> Lookup:
         except (ApiError, MalformedObject) as exc:
             raise LookupFailed(str(exc)) from exc
         return controller_of(meta.get("ownerReferences"))
+
+    return lookup
+
+
+CLAIM_SOURCES = {
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+}
+
+
+def api_claims(api: KubeApi) -> ClaimLookup:
+    """Claim and claim template lookups through the API (`resource.k8s.io/v1`)."""
+
+    def lookup(kind: str, namespace: str, name: str) -> bytes | None:
+        return api.get_object("resource.k8s.io/v1", CLAIM_SOURCES[kind], namespace, name)
 
     return lookup
 
@@ -148,10 +164,15 @@ class K8sWatcher:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
         pod_rules = PodRules(gpus, settings.pod_label_allowlist, cluster)
+        self.claims = ClaimRequests(
+            api_claims(api) if resolve_owners and settings.claim_pods else None,
+            settings.gpu_device_classes,
+        )
         pods = PodKind(
             pod_rules,
             PodSelection(gpus, frozenset(settings.extra_pods), settings.claim_pods),
             self.owners,
+            self.claims,
         )
         nodes = NodeKind(
             NodeRules(gpus, settings.node_label_allowlist, cluster), NodeSelection(gpus)
@@ -181,7 +202,7 @@ class K8sWatcher:
         self._lock = threading.Lock()
         self.kueue: KueueWatches | None = None
         if emit_workload is not None and settings.watch_workloads:
-            workloads = WorkloadKind(pod_rules, self.owners)
+            workloads = WorkloadKind(pod_rules, self.owners, self.claims)
 
             def make(collection: Collection) -> Watch[Any, K8sWorkload]:
                 return Watch(collection=collection, kind=workloads, emit=emit_workload, **options)

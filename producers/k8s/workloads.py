@@ -10,6 +10,7 @@ while it waits, True once a ClusterQueue reserved its quota), `Admitted`, `Evict
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypedDict
 
 import msgspec
@@ -38,6 +39,7 @@ __all__ = [
     "Workload",
     "decode_workload_list",
     "normalise_workload",
+    "pod_set_templates",
     "workload_key",
     "workload_stamps",
 ]
@@ -157,11 +159,17 @@ def _labels(workload: Workload, rules: PodRules) -> dict[str, str]:
     return found
 
 
-def normalise_workload(workload: Workload, rules: PodRules, owner: Owner | None) -> K8sWorkload:
+def normalise_workload(
+    workload: Workload,
+    rules: PodRules,
+    owner: Owner | None,
+    claimed: Mapping[str, int] | None = None,
+) -> K8sWorkload:
     """The workload value (type ADDED, ts 0); MalformedObject without uid or creation time.
 
     `owner` is the workload's controller resolved as a pod's is (a Job's CronJob); the
-    controller itself gives `job_uid`.
+    controller itself gives `job_uid`. `claimed`: the GPU devices its pod sets' claims ask
+    for over all their pods, by device class (added to the extended resources').
     """
     meta = workload.get("metadata") or {}
     uid = workload_key(workload)
@@ -191,7 +199,7 @@ def normalise_workload(workload: Workload, rules: PodRules, owner: Owner | None)
         priority_class=priority_class or None,
         active=spec.get("active") is not False,
         pods=pods,
-        gpu_request=request,
+        gpu_request={**request, **(claimed or {})},
         conditions=tuple(
             _condition(conditions[name]) for name in WORKLOAD_CONDITIONS if name in conditions
         ),
@@ -202,6 +210,15 @@ def normalise_workload(workload: Workload, rules: PodRules, owner: Owner | None)
         finished_at=_true_since(conditions, "Finished"),
         cluster=rules.cluster,
     )
+
+
+def pod_set_templates(workload: Workload) -> list[tuple[int, PodSpec]]:
+    """(count, pod template spec) of each pod set: what a pod set's claims are read from."""
+    pod_sets = (workload.get("spec") or {}).get("podSets") or []
+    return [
+        (max(0, p.get("count") or 0), ((p.get("template") or {}).get("spec") or {}))
+        for p in pod_sets
+    ]
 
 
 def workload_stamps(workload: Workload) -> Stamps:

@@ -325,15 +325,24 @@ def _workload(record: K8sWorkload, opts: PlanOptions) -> Command:
     message = _json(msgspec.to_builtins(record))
     deleted = "1" if record.type == "DELETED" else ""
     keys = (opts.keys.workloads(), opts.keys.workloads_deleted())
-    args = (record.uid, str(record.ts), message, deleted, str(DELETED_KEEP_MS))
+    version = record.resource_version
+    args = (record.uid, str(record.ts), message, deleted, str(DELETED_KEEP_MS), version)
     return Command("workload", keys, args)
 
 
-def _capacity_order(command: Command) -> tuple[int, bool, str]:
+def _capacity_order(command: Command) -> tuple[int, bool, int, str]:
     """Which of two writes of one field a hash keeps: the later ts, then a deletion, then
-    the greater JSON (field_if_newer.lua, workload.lua)."""
-    deletes = command.script == "workload" and command.args[3] == "1"
-    return int(command.args[1]), deletes, command.args[2]
+    (a workload's) the later numeric resource version, then the greater JSON
+    (field_if_newer.lua, workload.lua)."""
+    workload = command.script == "workload"
+    deletes = workload and command.args[3] == "1"
+    version = command.args[5] if workload else ""
+    return (
+        int(command.args[1]),
+        deletes,
+        int(version) if version.isdecimal() else -1,
+        command.args[2],
+    )
 
 
 def _pods_of(record: Alert) -> list[PodUid]:

@@ -572,7 +572,8 @@ def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
         ("apps", "replicasets", "get"), ("batch", "jobs", "get"),
         ("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "list"),
-        ("kueue.x-k8s.io", "workloads", "watch"),
+        ("kueue.x-k8s.io", "workloads", "watch"), ("resource.k8s.io", "resourceclaims", "get"),
+        ("resource.k8s.io", "resourceclaimtemplates", "get"),
     }  # fmt: skip
     binding = one(default, "ClusterRoleBinding", "k8s-watcher")
     watcher = one(default, "Deployment", "k8s-watcher")["spec"]["template"]["spec"]

@@ -269,10 +269,12 @@ def test_a_kueue_queued_job_on_dra_gpus_as_worked_out_by_hand(
         result = subprocess.CompletedProcess(argv, demo.returncode, out.read(), err.read())
     assert result.returncode == 0, result.stderr + result.stdout
     train = next(w for w in waiting if w["name"].startswith("job-train-dra-"))
-    # Its GPUs come through claims, which a workload's request does not count (yet): 0.
+    # Its GPUs come through claims: the pod set's template's, one gpu.nvidia.com each.
     assert (train["queue"], train["reason"], train["pods"], train["gpus"]) == (
-        "research", "WaitingForQuota", 4, 0
+        "research", "WaitingForQuota", 4, 4
     )  # fmt: skip
+    # prep-dra was admitted at once: not waiting (its creation and admission share a time).
+    assert not [w for w in waiting if str(w["name"]).startswith("job-prep-dra-")], waiting
     assert "insufficient unused quota for gpu.nvidia.com/gpu" in train["message"]
 
     client = redis.Redis(port=stack.stack.redis_port, db=DB, decode_responses=True)

@@ -78,11 +78,18 @@ RESOURCES: Mapping[str, ResourceType] = {
     "workloads": ResourceType(
         "Workload", "kueue.x-k8s.io/v1beta2", "/apis/kueue.x-k8s.io/v1beta2", namespaced=True
     ),
+    "resourceclaimtemplates": ResourceType(
+        "ResourceClaimTemplate", "resource.k8s.io/v1", "/apis/resource.k8s.io/v1", namespaced=True
+    ),
+    "resourceclaims": ResourceType(
+        "ResourceClaim", "resource.k8s.io/v1", "/apis/resource.k8s.io/v1", namespaced=True
+    ),
 }
 KUEUE_GROUP_PATH = "/apis/kueue.x-k8s.io"
 
 _ROUTE = re.compile(
-    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/batch/v1|/apis/kueue\.x-k8s\.io/v1beta2)"
+    r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/batch/v1|/apis/kueue\.x-k8s\.io/v1beta2"
+    r"|/apis/resource\.k8s\.io/v1)"
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?/?$"
 )
 DEFAULT_WATCH_TIMEOUT_S = 1800  # the real server picks 30-60 minutes when none is asked

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from producers.k8s.api import ApiError
@@ -67,8 +67,10 @@ def node_object(node: NodeLayout, created: float) -> Obj:
     )
     meta_labels = obj["metadata"]["labels"]
     meta_labels["nvidia.com/gpu.replicas"] = str(node.replicas)
-    for resource, count in node.capacity.items():
-        for section in ("capacity", "allocatable"):
+    for section in ("capacity", "allocatable"):
+        if node.dra:  # the DRA driver's GPUs are in ResourceSlices: no device plugin resource
+            obj["status"][section].pop(GPU_RESOURCE, None)
+        for resource, count in node.capacity.items():
             obj["status"][section][resource] = str(count)
     return obj
 
@@ -130,6 +132,47 @@ def _controller(spec: PodSpec) -> tuple[str, Obj] | None:
         ]
         return "replicasets", {"metadata": meta, "spec": {"replicas": 1}}
     return "jobs", {"metadata": meta, "spec": {"backoffLimit": 0}}
+
+
+def _claim_source(spec: PodSpec) -> tuple[str, Obj] | None:
+    """The ResourceClaimTemplate a pod's claim is made from, or the ResourceClaim its
+    workload's pods share; None for a pod of the device plugin."""
+    if spec.claim is None:
+        return None
+    return claim_source(
+        spec.namespace,
+        spec.workload,
+        spec.labels,
+        resource=spec.resource,
+        count=spec.count,
+        shared=spec.shared_claim,
+    )
+
+
+def claim_source(
+    namespace: str,
+    workload: str,
+    labels: Mapping[str, str],
+    *,
+    resource: str,
+    count: int,
+    shared: bool,
+) -> tuple[str, Obj]:
+    """The claim object of a workload's pods, `<workload>-gpus`: `count` devices of the
+    NVIDIA DRA driver's class (gpu.nvidia.com, or mig.nvidia.com for a MIG resource)."""
+    mig = "/mig-" in resource
+    request = {
+        "name": "gpus",
+        "exactly": {
+            "deviceClassName": "mig.nvidia.com" if mig else "gpu.nvidia.com",
+            "count": max(count, 1),
+        },
+    }
+    devices = {"devices": {"requests": [request]}}
+    meta = {"name": f"{workload}-gpus", "namespace": namespace, "labels": dict(labels)}
+    if shared:
+        return "resourceclaims", {"metadata": meta, "spec": devices}
+    return "resourceclaimtemplates", {"metadata": meta, "spec": {"spec": devices}}
 
 
 class ApiWriter(Protocol):
@@ -213,6 +256,18 @@ class KubeMirror:
         at = self.epoch + change.at
         if isinstance(change, WorkloadCreated):
             job = change.job
+            if job.claims:  # the template its pods' claims are made from, as the user wrote it
+                resource, count = next(iter(job.gpus_per_pod.items()))
+                kind, template = claim_source(
+                    job.namespace,
+                    job.workload,
+                    job.labels,
+                    resource=resource,
+                    count=count,
+                    shared=False,
+                )
+                self._controllers.add((kind, job.namespace, template["metadata"]["name"]))
+                self.api.create(kind, template)
             key = ("jobs", job.namespace, job.workload)
             if key not in self._controllers:
                 self._controllers.add(key)
@@ -262,6 +317,13 @@ class KubeMirror:
         self._workloads[uid] = stored
 
     def _create(self, spec: PodSpec) -> None:
+        claim = _claim_source(spec)
+        if claim is not None:
+            resource, obj = claim
+            key = (resource, spec.namespace, obj["metadata"]["name"])
+            if key not in self._controllers:
+                self._controllers.add(key)
+                self.api.create(resource, obj)
         controller = _controller(spec)
         if controller is not None:
             resource, obj = controller

@@ -1,7 +1,9 @@
 -- KEYS workloads hash, deleted sorted set. ARGV uid, ts, json, deleted ("1" or ""),
--- keep_ms: a Kueue workload's record, with its event time `ts`. The hash keeps each
--- live workload's latest record (later ts; at an equal ts the greater JSON, so arrival
--- order does not matter). A deletion removes the field and is remembered in the sorted
+-- keep_ms, resource version: a Kueue workload's record, with its event time `ts`. The
+-- hash keeps each live workload's latest record: the later ts; at an equal ts the later
+-- resource version where both are numbers (etcd's are: a status write and the creation
+-- it follows often share their times), else the greater JSON, so arrival order does not
+-- matter. A deletion removes the field and is remembered in the sorted
 -- set (uid by the deletion's ts) for keep_ms, so a record of before it that comes late
 -- (a replay) does not bring the workload back; older entries are trimmed as deletions come.
 local gone = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -13,7 +15,15 @@ if cur then
   local ok, held = pcall(cjson.decode, cur)
   if ok and type(held) == 'table' and tonumber(held.ts) then
     local held_ts = tonumber(held.ts)
-    if held_ts > ts or (held_ts == ts and cur >= ARGV[3] and not deletes) then return 0 end
+    if held_ts > ts then return 0 end
+    if held_ts == ts and not deletes then
+      local held_rv, rv = tonumber(held.resource_version), tonumber(ARGV[6])
+      if held_rv and rv then
+        if held_rv >= rv then return 0 end
+      elseif cur >= ARGV[3] then
+        return 0
+      end
+    end
   end
 end
 if deletes then

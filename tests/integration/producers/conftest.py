@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.support.kubelet import Serve, serving
+from support.kubelet import Serve, serving
 
 
 @pytest.fixture

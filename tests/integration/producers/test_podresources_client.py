@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from support.kubelet import FakeKubelet, Serve, devices, pod
 
 from producers.agent.readings import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
@@ -18,7 +19,6 @@ from producers.podresources.devices import is_replicated
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2
 from schemas.ids import PodUid
-from tests.support.kubelet import FakeKubelet, Serve, devices, pod
 
 pb = api_pb2
 

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
+from support.kubelet import FakeKubelet, Serve, claim, devices, pod
 
 from producers.agent.readings import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
@@ -16,7 +17,6 @@ from producers.podresources.dra import DeviceKey, DraDevice
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2 as pb
 from schemas.ids import GpuUuid, PodUid
-from tests.support.kubelet import FakeKubelet, Serve, claim, devices, pod
 
 NODE = "gpu-node-1"
 DRIVER = "gpu.nvidia.com"

@@ -405,6 +405,26 @@ def test_kueue_workloads_keep_their_latest_record_until_deleted(
     ]  # fmt: skip
 
 
+def test_a_workloads_writes_of_one_time_settle_on_the_later_version(
+    stack: Settings, client: redis.Redis
+) -> None:
+    """Kueue creates a workload and admits it in the same second: the later resource
+    version is the workload now, whatever order the records come in."""
+    created = kueue("w1", 1000, resource_version="41")
+    admitted = kueue("w1", 1000, resource_version="42", cluster_queue="research")
+    for order in ([created, admitted], [admitted, created], [[created, admitted]]):
+        prefix = f"gwtest-{uuid.uuid4().hex[:10]}:"
+        try:
+            with make_sink(stack, prefix) as sink:
+                for batch in order:
+                    sink.apply(batch if isinstance(batch, list) else [batch])
+            stored = client.hget(f"{prefix}workloads", "w1")
+            assert stored is not None
+            assert msgspec.json.decode(stored, type=K8sWorkload) == admitted, order
+        finally:
+            _drop(client, prefix)
+
+
 def test_a_fragmentation_block_is_a_pod_alert_until_resolved(
     stack: Settings, client: redis.Redis, prefix: str
 ) -> None:
