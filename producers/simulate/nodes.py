@@ -45,11 +45,13 @@ class PodTable:
     as the table.
     """
 
-    def __init__(self, slices: Mapping[DeviceKey, DraDevice] | None = None) -> None:
+    def __init__(self, slices: Mapping[DeviceKey, DraDevice] | None = None, pool: str = "") -> None:
+        """`slices`: a DRA node's devices, of its pool `pool` (the node's name)."""
         self._pids: dict[int, PodRef] = {}
         self._allocations: dict[str, DeviceAllocation] = {}
         self._claims: dict[str, tuple[ClaimDevice, ...]] = {}
         self._slices: Mapping[DeviceKey, DraDevice] = slices or {}
+        self._pool = pool
         self._listed: tuple[DeviceAllocation, ...] | None = ()
 
     def resolve(self, pid: int) -> PodRef | None:
@@ -66,8 +68,6 @@ class PodTable:
 
     def claim(self, spec: PodSpec, devices: tuple[Device, ...], pod_uid: str | None = None) -> None:
         """A pod's container uses its claim's devices (named as in the node's slice)."""
-        node_pool = next(iter(self._slices), None)
-        pool = node_pool[1] if node_pool is not None else ""
         self._claims[spec.uid] = tuple(
             ClaimDevice(
                 pod_uid=PodUid(pod_uid or spec.uid),
@@ -76,7 +76,7 @@ class PodTable:
                 container=spec.container,
                 claim=f"{spec.namespace}/{spec.claim}",
                 driver=DRA_DRIVER,
-                pool=pool,
+                pool=self._pool,
                 device=device.dra_name or device.id,
             )
             for device in devices
@@ -153,7 +153,7 @@ class NodeFleet:
             slices = (
                 table_from_slices([resource_slice(layout)], {DRA_DRIVER}) if layout.dra else None
             )
-            table = PodTable(slices)
+            table = PodTable(slices, layout.name)
             sharing = (
                 SharingConfig(default="time-slicing") if layout.sharing == "time-slicing" else None
             )

@@ -163,7 +163,7 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
                 _capacity(record, opts) if isinstance(record, Capacity) else _workload(record, opts)
             )
             held = newest_capacity.get(command.args[0])
-            if held is None or _capacity_order(command) > _capacity_order(held[1]):
+            if held is None or _newest_order(command) > _newest_order(held[1]):
                 newest_capacity[command.args[0]] = (position, command)
         elif isinstance(record, GpuLive | GpuWindow):
             slot = (type(record).__name__, record.uuid)
@@ -330,7 +330,7 @@ def _workload(record: K8sWorkload, opts: PlanOptions) -> Command:
     return Command("workload", keys, args)
 
 
-def _capacity_order(command: Command) -> tuple[int, bool, int, str]:
+def _newest_order(command: Command) -> tuple[int, bool, int, str]:
     """Which of two writes of one field a hash keeps: the later ts, then a deletion, then
     (a workload's) the later numeric resource version, then the greater JSON
     (field_if_newer.lua, workload.lua)."""
