@@ -50,6 +50,8 @@ __all__ = ["FLEET_KEY", "FLEET_PARTITION", "FleetPartition", "fleet_pod"]
 
 FLEET_KEY = b"@fleet|"
 """Prefix of the fleet partition's keys in the pod table (no pod uid starts with "@")."""
+FLEET_META = FLEET_KEY + b"meta"
+"""Its marks and last step evaluated (`FleetPartition.checkpoint`)."""
 
 
 def fleet_pod(state: PodState, ts: int, *, waiting: bool) -> FleetPod:
@@ -219,9 +221,15 @@ class FleetPartition:
                 picture: Capacity | None = s.pictures.get(name)
                 value = None if picture is None else CAPACITY.encode(picture)
             elif kind in ("meta", "marks"):
-                key = "meta"
-                marks = [[side, p, w] for (side, p), w in sorted(s.marks.items())]
-                value = json.dumps({"marks": marks, "evaluated": s.evaluated}).encode()
+                continue  # with the positions (`checkpoint`)
             writes.append((FLEET_KEY + key.encode(), value))
         s.changed.clear()
         return list(dict(writes).items())
+
+    def checkpoint(self) -> tuple[bytes, bytes]:
+        """The marks and the last step evaluated, stored with the positions they go with
+        (`agent_loop`, CHECKPOINT): stored ahead of the other keys, the inputs of the
+        steps evaluated since would be read again as late."""
+        s = self.state
+        marks = [[side, p, w] for (side, p), w in sorted(s.marks.items())]
+        return FLEET_META, json.dumps({"marks": marks, "evaluated": s.evaluated}).encode()

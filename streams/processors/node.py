@@ -140,16 +140,24 @@ class NodePartition:
         self._step = math.gcd(config.flush_ms, config.window_ms)
         self._dirty: set[str] = set()
         self._meta_dirty = False
+        self._meta_raw: bytes | None = None
+        has_meta = False
+        closed_through: int | None = None
         for key, raw in stored:
             if key == META_KEY:
                 self.meta = decode_meta(raw)
-                self.stream_time = _later(self.stream_time, self.meta.stream_time)
-                continue
+                has_meta = True
+                continue  # from the positions record (or, written before it, a key)
             runtime = self._runtime(decode_doc(raw))
             self.nodes[runtime.key] = runtime
             if runtime.labels:
                 config.prices.set_node_labels(runtime.node, runtime.labels, runtime.cluster)
-            self.stream_time = _later(self.stream_time, runtime.windows.closed_through)
+            closed_through = _later(closed_through, runtime.windows.closed_through)
+        # The stream time the positions were stored with (`checkpoint`): a node's document
+        # may be newer (a crash while the state was written), and stream time taken from
+        # it would make the other nodes' samples read again late. A state stored without
+        # a partition document (never written by this version) falls back on the nodes.
+        self.stream_time = self.meta.stream_time if has_meta else closed_through
         self._close_mark = self._marks()[0]
         self._flush_mark = self._marks()[1]
         if config.firing is not None:
@@ -231,11 +239,16 @@ class NodePartition:
             else:
                 writes.append((key.encode(), encode(runtime.doc())))
         self._dirty.clear()
-        if self._meta_dirty:
-            self.meta.stream_time = self.stream_time
-            writes.append((META_KEY, encode(self.meta)))
-            self._meta_dirty = False
         return writes
+
+    def checkpoint(self) -> tuple[bytes, bytes]:
+        """The partition's own document (stream time, idleness, held node events), stored
+        with the positions it goes with (`agent_loop`, CHECKPOINT), not as a key of its own."""
+        if self._meta_dirty or self._meta_raw is None or self.meta.stream_time != self.stream_time:
+            self.meta.stream_time = self.stream_time
+            self._meta_raw = encode(self.meta)
+            self._meta_dirty = False
+        return META_KEY, self._meta_raw
 
     def _runtime(self, doc: NodeDoc) -> NodeRuntime:
         c = self.config
@@ -260,6 +273,10 @@ class NodePartition:
         known = self.nodes.get(key)
         if known is not None and known.seen_until is not None and sample.ts < known.seen_until:
             self.counters.duplicates += 1  # a redelivery: the node's state has it already
+            # It moved stream time when first read, for every node of the partition: read
+            # again after a crash whose state write stored only some of the nodes, it moves
+            # it the same way, so the others' samples are no later than they were then.
+            self._advance(sample.ts, out)
             return sample.ts
         self._release(sample.ts, out)  # node events up to the sample's time come first
         node = self._node(key, sample.node, sample.cluster)

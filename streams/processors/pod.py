@@ -314,6 +314,10 @@ class PodPartition:
             writes += self.fleet.take_writes()
         return writes
 
+    def checkpoint(self) -> tuple[bytes, bytes] | None:
+        """The fleet partition's marks, where this partition hosts it (`agent_loop`)."""
+        return None if self.fleet is None else self.fleet.checkpoint()
+
     def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         event = out.decode(K8S_PODS, source, raw, check_pod, self.config.now_ms)
         if event is None:

@@ -25,7 +25,13 @@ rest gives records equal to the ones already sent (at-least-once, same identitie
 With the state, each partition stores the next offset of each input it has processed, or
 of the oldest one its processor still holds in memory (`POSITIONS`), so that after a
 restart or a rebalance the loop knows where its state ends even where Faust committed
-past records it never delivered (`streams.runtime.rewinds`). An input partition with neither
+past records it never delivered (`streams.runtime.rewinds`). A write of several keys is
+not atomic: a crash while the producer sends it can leave a prefix of it in the
+changelog, keys newer than the positions (the positions go last, so never older).
+Per key that is harmless (a replay the key's state holds is skipped), but a value of
+the whole partition (its stream time) must match the positions: a processor's
+`checkpoint()` is stored inside the positions record, and given back, on load, under
+its own key in place of any value the table holds for it. An input partition with neither
 stored positions nor a commit starts at its log start: before its first event is taken,
 the loop learns that offset (`load_starts`), so a first event past it (the ones before
 dropped by Faust while the partition was being assigned) is a gap like any other.
@@ -48,6 +54,7 @@ from streams.runtime.rewinds import Rewinds, Seek, StartOf
 __all__ = [
     "BATCH_MAX",
     "BATCH_WITHIN_S",
+    "CHECKPOINT",
     "POSITIONS",
     "STATE_EVERY_S",
     "AgentLoop",
@@ -63,6 +70,7 @@ BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input 
 BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
 STATE_EVERY_S = 5.0  # state writes at most this often: what a crash has to read again
 POSITIONS = b"@positions"  # no processor key starts with "@" (node names, pod uids, b"")
+CHECKPOINT = "@checkpoint"  # in the positions record: no topic name has an "@"
 
 
 class Message(NamedTuple):
@@ -110,6 +118,10 @@ class Processor(Protocol):
     def take_writes(self) -> list[tuple[bytes, bytes | None]]:
         """Changed state since the last call, by key (None: delete)."""
         ...
+
+    # Optional, looked up with getattr: `resume_offsets() -> dict[str, int]` (inputs held
+    # in memory, read again after a restart) and `checkpoint() -> (key, value) | None`
+    # (the value of the whole partition, stored atomically with the positions).
 
 
 class StateTable(Protocol):
@@ -169,6 +181,8 @@ class AgentLoop:
         self._state_due = 0.0
         self._unwritten: set[int] = set()
         """Partitions with inputs processed since their positions were last written."""
+        self._checkpoints: dict[int, tuple[bytes, bytes]] = {}
+        """Each partition's checkpoint as last written with its positions."""
 
     @property
     def counters(self) -> Counters:
@@ -267,6 +281,12 @@ class AgentLoop:
                 # oldest held input, released by ticks), not only with new inputs: a state
                 # written with older positions would read again what it has forgotten.
                 self._unwritten.add(partition)
+            checkpoint = getattr(processor, "checkpoint", None)
+            if checkpoint is not None:
+                current = checkpoint()
+                if current is not None and current != self._checkpoints.get(partition):
+                    self._checkpoints[partition] = current
+                    self._unwritten.add(partition)
         for partition in sorted(self._unwritten):
             owner = self.partitions.get(partition)
             if owner is not None:
@@ -284,7 +304,12 @@ class AgentLoop:
                 for topic, offset in (resume() if resume is not None else {}).items():
                     if topic in positions:
                         positions[topic] = min(positions[topic], offset)
-                self._table.write(partition, POSITIONS, json.dumps(positions).encode())
+                record: dict[str, object] = dict(positions)
+                kept = self._checkpoints.get(partition)
+                if kept is not None:
+                    # Atomic with the positions: a single record (see the module's doc).
+                    record[CHECKPOINT] = [kept[0].decode(), kept[1].decode()]
+                self._table.write(partition, POSITIONS, json.dumps(record).encode())
         self._unwritten.clear()
 
     def forget(self, partitions: Iterable[int]) -> None:
@@ -293,6 +318,7 @@ class AgentLoop:
         for partition in gone:
             self.partitions.pop(partition, None)
             self._unwritten.discard(partition)
+            self._checkpoints.pop(partition, None)
         self.progress.forget(gone)
         self.rewinds.forget(gone)
 
@@ -300,10 +326,19 @@ class AgentLoop:
         processor = self.partitions.get(partition)
         if processor is None:
             stored = self._table.load(partition)
+            checkpoint: tuple[bytes, bytes] | None = None
             for key, value in stored:
                 if key == POSITIONS:
-                    self.progress.restore(partition, json.loads(value))
+                    record = json.loads(value)
+                    kept = record.pop(CHECKPOINT, None)
+                    if kept is not None:
+                        checkpoint = (kept[0].encode(), kept[1].encode())
+                        self._checkpoints[partition] = checkpoint
+                    self.progress.restore(partition, record)
             stored = [(key, value) for key, value in stored if key != POSITIONS]
+            if checkpoint is not None:
+                # What the positions were written with, not a newer write of the same key.
+                stored = [(k, v) for k, v in stored if k != checkpoint[0]] + [checkpoint]
             processor = self.partitions[partition] = self._make(partition, stored)
             log.info("%s partition=%d loaded keys=%d", self.name, partition, len(stored))
         return processor

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,19 @@ class MemTable:
             part[key] = value
 
 
+class MemJournal:
+    """The writes of one state write, in order, by partition (what a crash may cut short)."""
+
+    def __init__(self) -> None:
+        self.writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+    def load(self, partition: int) -> list[tuple[bytes, bytes]]:
+        raise AssertionError("a state write reads nothing")
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        self.writes.setdefault(partition, []).append((key, value))
+
+
 @dataclass
 class Pipeline:
     """One worker owning every partition, over in-memory logs."""
@@ -83,6 +97,10 @@ class Pipeline:
     counters: Counters = field(default_factory=Counters)
     fleet: bool = True
     """Whether the worker runs the fleet partition (capacity and fragmentation)."""
+    state_every: int = 1
+    """Batches between two state writes of an agent (the worker's `STATE_EVERY_S`)."""
+    batches: int = 0
+    """Batches delivered so far."""
 
     def __post_init__(self) -> None:
         for topic in (SAMPLES, NODES, PODS, USAGE, TICKS, FLEET):
@@ -146,6 +164,8 @@ class Pipeline:
             flush=flush,
             start_of=lambda topic, partition: 0,
             ticked=ticked,
+            monotonic=lambda: float(self.batches),  # the loops' clock: a second a batch
+            state_every_s=self.state_every - 0.5,
         )
 
     def _send(self, record: Record) -> None:
@@ -160,11 +180,24 @@ class Pipeline:
             assert record.topic.endswith("deadletter"), record.topic
             self.derived.append((record.topic, record.value))
 
-    def restart(self) -> None:
+    def restart(self, tear: random.Random | None = None) -> None:
         """Both agents stop as a crash stops them, after their last state write, and start
-        again: each partition is made from the table and read from the positions stored."""
-        for loop in (self.node, self.pod):
+        again: each partition is made from the table and read from the positions stored.
+
+        With `tear`, the crash comes while that write is being sent: of each partition's
+        records of it (keys, then the positions) only a prefix of a random length is
+        stored, as the producer's record batches get to the changelog one by one."""
+        for loop, table in ((self.node, self.node_table), (self.pod, self.pod_table)):
+            if tear is None:
+                loop._write_state()
+                continue
+            sent = MemJournal()
+            loop._table = sent
             loop._write_state()
+            loop._table = table
+            for partition, writes in sorted(sent.writes.items()):
+                for key, value in writes[: tear.randint(0, len(writes))]:
+                    table.write(partition, key, value)
         self.node = self._agent("node", self.node.progress.inputs, self.node_table, self._node)
         self.pod = self._agent(
             "pod", self.pod.progress.inputs, self.pod_table, self._pod, ticked=(PODS, USAGE)
@@ -207,6 +240,7 @@ class Pipeline:
             return 0
         messages = [Message(topic, partition, o, *log[o]) for o in range(start, end)]
         read[(topic, partition)] = end
+        self.batches += 1
         loop = self.node if agent == "node" else self.pod
         self.loop.run_until_complete(loop.process(messages))
         return end - start

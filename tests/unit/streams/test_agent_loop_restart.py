@@ -8,7 +8,7 @@ import json
 from test_stream_agent_loop import IN, Seeks, Stub, loop
 
 from streams.processors.outputs import Counters
-from streams.runtime.agent_loop import POSITIONS, AgentLoop, Message
+from streams.runtime.agent_loop import CHECKPOINT, POSITIONS, AgentLoop, Message
 
 
 def restarted(stored: bytes, committed: int) -> tuple[AgentLoop, Seeks, dict[int, Stub]]:
@@ -86,3 +86,18 @@ def test_where_an_input_began_is_kept_while_the_commit_moves_on() -> None:
     assert agent.rewinds.expected(IN, 0) == 2
     agent.forget([0])
     assert agent.rewinds.expected(IN, 0) == 9
+
+
+def test_a_checkpoint_goes_in_the_positions_record_and_wins_over_a_newer_key_on_load() -> None:
+    first, table, made = loop([], Counters())
+    asyncio.run(first.process([Message(IN, 0, 0, None, b"a")]))  # made[0] exists now
+    made[0].checkpoint = lambda: (b"", b"meta-1")  # type: ignore[attr-defined]
+    asyncio.run(first.process([Message(IN, 0, 1, None, b"b")]))
+    assert json.loads(table.data[(0, POSITIONS)]) == {IN: 2, CHECKPOINT: ["", "meta-1"]}
+    # A crash while a later write was sent stored a newer value under the same key only.
+    table.data[(0, b"")] = b"meta-2"
+    second, _, remade = loop([], Counters(), table=table)
+    asyncio.run(second.process([Message(IN, 0, 2, None, b"c")]))
+    assert (b"", b"meta-1") in remade[0].stored
+    assert (b"", b"meta-2") not in remade[0].stored
+    assert (POSITIONS, table.data[(0, POSITIONS)]) not in remade[0].stored

@@ -369,7 +369,7 @@ def test_state_keys_keep_the_default_form_and_reload_per_cluster() -> None:
     key = node.encode()
     for offset, raw in enumerate(raws):
         assert part.handle(Source(samples, 0, offset, key), raw, out) is not None
-    writes = dict(part.take_writes())
+    writes = dict([*part.take_writes(), part.checkpoint()])
     assert node_key(EAST, node) == f"east/{node}"
     assert set(writes) == {b"", key, b"east/" + key}
     assert b"cluster" not in writes[key]

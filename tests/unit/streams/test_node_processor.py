@@ -8,7 +8,18 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_gpu_alerts_fixtures import GPU_A, GPU_B, NODE, POD_P, RULES, S, alloc, gpu, sample
+from test_gpu_alerts_fixtures import (
+    GPU_A,
+    GPU_B,
+    NODE,
+    POD_P,
+    POD_Q,
+    RULES,
+    S,
+    alloc,
+    gpu,
+    sample,
+)
 
 from schemas import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE, DeadLetter, NvmlSample
 from schemas.deadletter import TOPIC as DEADLETTER
@@ -82,6 +93,36 @@ def test_a_restart_from_stored_state_replays_to_the_same_records() -> None:
     got = [(r.topic, r.key, r.value) for r in out1.records + out2.records]
     assert sorted(set(got)) == sorted(set(expected))  # the same records, some twice
     assert len(got) > len(expected)
+
+
+def test_a_restart_from_a_state_write_cut_short_replays_to_the_same_records() -> None:
+    """Two nodes of one partition; the crash stored the first one's newer document only."""
+    other = NodeName("gpu-node-18")
+    items: list[NvmlSample] = []
+    for t in range(300):
+        items.append(sample(W0 + t * S, [gpu(GPU_A, 50.0)], [alloc(POD_P, GPU_A)], seq=t))
+        held_b = sample(W0 + t * S, [gpu(GPU_B, 30.0)], [alloc(POD_Q, GPU_B)], seq=t)
+        items.append(msgspec.structs.replace(held_b, node=other))
+    whole, out = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(whole, items, out)
+    expected = {(r.topic, r.key, r.value) for r in out.records}
+
+    table: dict[bytes, bytes] = {}
+    first, out1 = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(first, items[:80], out1)
+    table.update((k, v) for k, v in first.take_writes() if v is not None)
+    table.update([first.checkpoint()])  # stored with the positions: 80
+    feed(first, items[80:300], out1, offset=80)
+    cut_short = first.take_writes()
+    assert [k for k, _ in cut_short] == [NODE.encode(), other.encode()]
+    table.update(cut_short[:1])  # the crash: one node's document newer than the positions
+    counters = Counters()
+    second, out2 = NodePartition(0, config(), counters, table.items()), Outputs(PREFIX, counters)
+    feed(second, items[80:], out2, offset=80)
+    assert counters.late == 0
+    assert counters.duplicates == 110  # the first node's, up to its newer document
+    got = {(r.topic, r.key, r.value) for r in out1.records + out2.records}
+    assert got == expected
 
 
 def test_bad_input_becomes_a_dead_letter_and_late_input_is_counted() -> None:
