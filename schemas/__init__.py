@@ -32,6 +32,7 @@ from .nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 from .pod_lifecycle import PodLifecycle
 from .pod_usage import GpuUsage, PodUsage
 from .topics import *  # noqa: F403  (the topic specs: `topics.__all__`)
+from .workload_lifecycle import WorkloadLifecycle, WorkloadState
 
 __all__ = [
     "Alert",
@@ -79,6 +80,8 @@ __all__ = [
     "UnknownSchemaVersion",
     "Value",
     "WorkloadCondition",
+    "WorkloadLifecycle",
+    "WorkloadState",
     "WrongSchema",
 ]
 __all__ += topics.__all__

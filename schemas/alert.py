@@ -21,19 +21,21 @@ AlertName = Literal[
     "GpuRowRemapFailure",
     "GpuThrottled",
     "PodBlockedByFragmentation",
+    "WorkloadQueuedTooLong",
 ]
 AlertStatus = Literal["firing", "resolved"]
 Severity = Literal["info", "warning", "critical"]
 
 
 class AlertSubject(Value, frozen=True, kw_only=True):
-    """What the alert is about: a pod, a GPU or a node; the ids that apply are set.
+    """What the alert is about: a pod, a GPU, a node or a Kueue workload; the ids that
+    apply are set.
 
     A pod subject has `uid` (and `node` once bound), a GPU subject `uuid` and `node`, a
-    node subject `node`; the others are null.
+    node subject `node`, a workload subject `uid` (the workload's); the others are null.
     """
 
-    kind: Literal["pod", "gpu", "node"]
+    kind: Literal["pod", "gpu", "node", "workload"]
     uid: PodUid | None
     uuid: GpuUuid | None
     node: NodeName | None

@@ -290,6 +290,28 @@ K8S_WORKLOAD: Final[dict[str, Any]] = {
     "finished_at": None,
 }
 
+# The same workload's transition when Kueue admitted it after 20 minutes.
+WORKLOAD_LIFECYCLE: Final[dict[str, Any]] = {
+    "schema": "gpuwatch.workload.lifecycle/v1",
+    "uid": "0b1c2d3e-4f50-4617-8829-3a4b5c6d7e8f",
+    "namespace": "research",
+    "name": "job-llm-pretrain-3f2a1",
+    "queue": "research",
+    "cluster_queue": "gpu-cq",
+    "job_uid": "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908",
+    "owner": {"kind": "Job", "name": "llm-pretrain"},
+    "labels": {"team": "vision", "project": "llm-pretrain"},
+    "pods": 4,
+    "gpu_request": {"nvidia.com/gpu": 32},
+    "ts": 1764412300000,
+    "from_state": "queued",
+    "to_state": "admitted",
+    "reason": None,
+    "message": None,
+    "queued_ms": 1200000,
+    "admitted_ms": 0,
+}
+
 DEADLETTER: Final[dict[str, Any]] = {
     "schema": "gpuwatch.deadletter/v1",
     "source_topic": "gpuwatch.nvml.samples",
@@ -315,6 +337,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         ALERT,
         CAPACITY,
         K8S_WORKLOAD,
+        WORKLOAD_LIFECYCLE,
         DEADLETTER,
     )
 }

@@ -14,6 +14,7 @@ from . import (
     nvml_sample,
     pod_lifecycle,
     pod_usage,
+    workload_lifecycle,
 )
 from .codec import TopicSpec
 
@@ -33,6 +34,7 @@ __all__ = [
     "POD_LIFECYCLE",
     "POD_USAGE",
     "SINK_TOPICS",
+    "WORKLOAD_LIFECYCLE",
     "by_name",
 ]
 
@@ -48,6 +50,7 @@ ATTRIBUTION: Final = attribution.TOPIC
 GPU_WINDOWS: Final = gpu_window.TOPIC
 ALERTS: Final = alert.TOPIC
 CAPACITY: Final = capacity.TOPIC
+WORKLOAD_LIFECYCLE: Final = workload_lifecycle.TOPIC
 DEADLETTER: Final = deadletter.TOPIC
 
 ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
@@ -61,10 +64,11 @@ ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     ALERTS,
     CAPACITY,
     K8S_WORKLOADS,
+    WORKLOAD_LIFECYCLE,
     DEADLETTER,
 )
-"""All topics, in the order of DESIGN.md section 3 (`capacity` and `k8s.workloads` added
-before `deadletter`)."""
+"""All topics, in the order of DESIGN.md section 3 (`capacity`, `k8s.workloads` and
+`workload.lifecycle` added before `deadletter`)."""
 
 POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
     spec for spec in ALL_TOPICS if spec.key == "pod_uid"

@@ -22,13 +22,12 @@ A pure function of the value: the same wherever and whenever it is read.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from schemas.k8s_workload import K8sWorkload, WorkloadCondition
+from schemas.workload_lifecycle import WorkloadState
 
 __all__ = ["WorkloadStanding", "standing"]
-
-WorkloadState = Literal["queued", "admitted", "finished"]
 
 
 class WorkloadStanding(NamedTuple):

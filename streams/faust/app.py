@@ -29,6 +29,7 @@ from schemas.settings import Settings
 from schemas.topics import (
     K8S_NODES,
     K8S_PODS,
+    K8S_WORKLOADS,
     NVML_SAMPLES,
     POD_USAGE,
     SINK_TOPICS,
@@ -266,7 +267,11 @@ def build(
         )
 
     node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))
-    pod_inputs = (K8S_PODS.full_name(prefix), POD_USAGE.full_name(prefix))
+    pod_inputs = (
+        K8S_PODS.full_name(prefix),
+        POD_USAGE.full_name(prefix),
+        K8S_WORKLOADS.full_name(prefix),
+    )
     # The fleet topic is the pod side's too (its partition 0 hosts the fleet partition), but
     # not the ticks': the fleet partition goes by the marks in it, not by the ticks.
     pod_reads = (*pod_inputs, fleet_topic_name(settings))

@@ -65,6 +65,7 @@ from streams.processors.fleet import (
     fleet_pod,
 )
 from streams.processors.outputs import Counters, Outputs, Source
+from streams.processors.workloads import WORKLOAD_KEY, WorkloadPartition
 
 __all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "SENT_AGAIN_KEEP_MS", "PodConfig", "PodPartition"]
 
@@ -146,8 +147,14 @@ class PodPartition:
             if hosts_fleet
             else None
         )
+        self.workloads = WorkloadPartition(
+            config.prefix,
+            config.rules,
+            counters,
+            [kv for kv in stored if kv[0].startswith(WORKLOAD_KEY)],
+        )
         for key, raw in stored:
-            if key.startswith(FLEET_KEY):
+            if key.startswith((FLEET_KEY, WORKLOAD_KEY)):
                 continue
             if key.startswith(FORGOTTEN):
                 uid = PodUid(key[len(FORGOTTEN) :].decode())
@@ -182,6 +189,8 @@ class PodPartition:
                 )
                 return None
             return self.fleet.handle(source, raw, out)
+        elif source.topic == self.workloads.topic:
+            return self.workloads.handle(source, raw, out)
         else:
             at = self._usage(source, raw, out)
         if self._fleet_due:
@@ -196,6 +205,7 @@ class PodPartition:
             return
         self.applied = wm
         c = self.config
+        self.workloads.on_watermark(wm, out)
         for uid in sorted(uid for uid, at in self._due.items() if at <= wm):
             state = self.pods[uid]
             held = self._held.get(uid)
@@ -310,6 +320,7 @@ class PodPartition:
         self._dirty.clear()
         self._gone.clear()
         self._forgotten_changed.clear()
+        writes += self.workloads.take_writes()
         if self.fleet is not None:
             writes += self.fleet.take_writes()
         return writes
@@ -342,6 +353,7 @@ class PodPartition:
     def resume_offsets(self) -> dict[str, int]:
         """The oldest offset still held of each input: where a restart must read from."""
         held = {topic: min(offsets) for topic, offsets in self._held_at.items() if offsets}
+        held.update(self.workloads.resume_offsets())
         if self.fleet is not None:
             held.update(self.fleet.resume_offsets())
         return held

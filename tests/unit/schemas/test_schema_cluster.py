@@ -26,6 +26,7 @@ def test_every_input_and_derived_value_has_the_field() -> None:
         "alerts",
         "capacity",
         "k8s.workloads",
+        "workload.lifecycle",
     }
 
 

@@ -40,6 +40,7 @@ DESIGN_TOPICS = [
     ("alerts", "alert_fingerprint", "gpuwatch.alert/v1"),
     ("capacity", "cluster/product/resource", "gpuwatch.capacity/v1"),
     ("k8s.workloads", "workload_uid", "gpuwatch.k8s.workload/v1"),  # added: Kueue
+    ("workload.lifecycle", "workload_uid", "gpuwatch.workload.lifecycle/v1"),  # added: Kueue
     ("deadletter", "source_topic", "gpuwatch.deadletter/v1"),
 ]
 

@@ -26,9 +26,11 @@ from schemas import (
     GPU_WINDOWS,
     K8S_NODES,
     K8S_PODS,
+    K8S_WORKLOADS,
     NVML_SAMPLES,
     POD_LIFECYCLE,
     POD_USAGE,
+    WORKLOAD_LIFECYCLE,
 )
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings
@@ -46,9 +48,11 @@ SAMPLES = NVML_SAMPLES.full_name(PREFIX)
 NODES = K8S_NODES.full_name(PREFIX)
 PODS = K8S_PODS.full_name(PREFIX)
 USAGE = POD_USAGE.full_name(PREFIX)
+WORKLOADS = K8S_WORKLOADS.full_name(PREFIX)
+POD_TICKED = (PODS, USAGE, WORKLOADS)
 DERIVED = {
     spec.full_name(PREFIX): spec
-    for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS, CAPACITY)
+    for spec in (POD_LIFECYCLE, ATTRIBUTION, GPU_WINDOWS, ALERTS, CAPACITY, WORKLOAD_LIFECYCLE)
 }
 
 
@@ -103,13 +107,13 @@ class Pipeline:
     """Batches delivered so far."""
 
     def __post_init__(self) -> None:
-        for topic in (SAMPLES, NODES, PODS, USAGE, TICKS, FLEET):
+        for topic in (SAMPLES, NODES, PODS, USAGE, WORKLOADS, TICKS, FLEET):
             self.logs[topic] = [[] for _ in range(self.partitions)]
         self.loop = asyncio.new_event_loop()
         self.node_table, self.pod_table = MemTable(), MemTable()
         self.node = self._agent("node", (SAMPLES, NODES), self.node_table, self._node)
-        pod_inputs = (PODS, USAGE, FLEET) if self.fleet else (PODS, USAGE)
-        self.pod = self._agent("pod", pod_inputs, self.pod_table, self._pod, ticked=(PODS, USAGE))
+        pod_inputs = (PODS, USAGE, WORKLOADS, FLEET) if self.fleet else (PODS, USAGE, WORKLOADS)
+        self.pod = self._agent("pod", pod_inputs, self.pod_table, self._pod, ticked=POD_TICKED)
         self.read: dict[str, dict[tuple[str, int], int]] = {"node": {}, "pod": {}}
 
     def close(self) -> None:
@@ -200,7 +204,7 @@ class Pipeline:
                     table.write(partition, key, value)
         self.node = self._agent("node", self.node.progress.inputs, self.node_table, self._node)
         self.pod = self._agent(
-            "pod", self.pod.progress.inputs, self.pod_table, self._pod, ticked=(PODS, USAGE)
+            "pod", self.pod.progress.inputs, self.pod_table, self._pod, ticked=POD_TICKED
         )
         for agent, loop, table in (
             ("node", self.node, self.node_table),
@@ -222,7 +226,11 @@ class Pipeline:
     def produce(self, inputs: Iterable[Input]) -> None:
         """Produce input messages in the order given."""
         for m in inputs:
-            topic = {NVML_SAMPLES.name: SAMPLES, K8S_NODES.name: NODES}.get(m.spec.name, PODS)
+            topic = {
+                NVML_SAMPLES.name: SAMPLES,
+                K8S_NODES.name: NODES,
+                K8S_WORKLOADS.name: WORKLOADS,
+            }.get(m.spec.name, PODS)
             self.append(topic, m.key, m.value)
 
     def available(self, agent: str, topic: str) -> list[int]:
@@ -248,7 +256,7 @@ class Pipeline:
     def tick(self) -> None:
         """One tick to every partition, as `TickSender` makes them."""
         claims, idle = claims_of(self.node.partitions, range(self.partitions))
-        inputs = (SAMPLES, NODES, PODS, USAGE)
+        inputs = (SAMPLES, NODES, PODS, USAGE, WORKLOADS)
         for q in range(self.partitions):
             tick = Tick(
                 sender="model",
@@ -284,7 +292,7 @@ class Pipeline:
         """Ticks until everything is read and nothing more comes out."""
         everything = [(a, t) for a in ("node", "pod") for t in (TICKS,)]
         everything += [("node", SAMPLES), ("node", NODES), ("pod", PODS), ("pod", USAGE)]
-        everything += [("pod", FLEET)]
+        everything += [("pod", WORKLOADS), ("pod", FLEET)]
         quiet = 0
         while quiet < rounds:
             before = (len(self.derived), sum(len(p) for p in self.logs[USAGE]))
@@ -309,9 +317,21 @@ NODE_FIRST = [("node", TICKS), ("pod", TICKS), ("node", SAMPLES), ("node", NODES
 ORDERS: dict[str, list[tuple[str, str]]] = {
     # Every pod event read before the first sample, then the samples and the usage (and
     # what the fleet partition gets, as soon as it comes).
-    "pod events first": [("pod", PODS), ("pod", FLEET), *NODE_FIRST, ("pod", USAGE)],
+    "pod events first": [
+        ("pod", PODS),
+        ("pod", WORKLOADS),
+        ("pod", FLEET),
+        *NODE_FIRST,
+        ("pod", USAGE),
+    ],
     # Every sample and every usage first, the pod events last, the fleet's inputs after all.
-    "samples first": [*NODE_FIRST, ("pod", USAGE), ("pod", PODS), ("pod", FLEET)],
+    "samples first": [
+        *NODE_FIRST,
+        ("pod", USAGE),
+        ("pod", PODS),
+        ("pod", WORKLOADS),
+        ("pod", FLEET),
+    ],
 }
 
 
@@ -334,6 +354,7 @@ def run_live(history_inputs: list[Input], every: int = 3, **kw: Any) -> Pipeline
         ("node", NODES),
         ("pod", PODS),
         ("pod", USAGE),
+        ("pod", WORKLOADS),
         ("pod", FLEET),
     ]
     for n, message in enumerate(history_inputs):

@@ -18,7 +18,17 @@ from typing import Any
 from histories import History, NodePlan, PodPlan, pod_uid
 from hypothesis import example, given
 from hypothesis import strategies as st
-from pipeline_model import FLEET, NODES, ORDERS, PODS, SAMPLES, TICKS, USAGE, Pipeline
+from pipeline_model import (
+    FLEET,
+    NODES,
+    ORDERS,
+    PODS,
+    SAMPLES,
+    TICKS,
+    USAGE,
+    WORKLOADS,
+    Pipeline,
+)
 from test_backlog_properties import BOUNDED, IDLE_AFTER_MS, RULES, T0, WINDOWS, histories, run
 
 EVERYTHING = [
@@ -28,6 +38,7 @@ EVERYTHING = [
     ("node", NODES),
     ("pod", PODS),
     ("pod", USAGE),
+    ("pod", WORKLOADS),
     ("pod", FLEET),
 ]
 
