@@ -83,6 +83,8 @@ def _alert_concerns(subject: Subject, scope: Scope, alert: Alert) -> bool:
         return True
     if labels.get("pod_uid") in scope.uids:
         return True
+    if who.kind == "workload" and labels.get("job_uid") in scope.jobs:
+        return True  # the pod's job waited in Kueue's queue: one history
     if "pod_uids" in labels and not scope.uids.keys().isdisjoint(labels["pod_uids"].split(",")):
         return True  # a GPU fault naming every pod that held the GPU
     if subject.kind == "gpu":

@@ -256,6 +256,8 @@ def _alert(
         labels["queue"] = state.queue
     if "team" in state.labels:
         labels["team"] = state.labels["team"]
+    if state.job_uid is not None:
+        labels["job_uid"] = state.job_uid  # its pods' controller_uid: replay finds it by them
     if state.cluster != DEFAULT_CLUSTER:
         labels["cluster"] = state.cluster
     return Alert(

@@ -98,6 +98,7 @@ def test_queued_twenty_minutes_for_quota_admitted_and_finished() -> None:
         "workload": "job-llm-pretrain-3f2a1",
         "queue": "research",
         "team": "vision",
+        "job_uid": "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908",
     }
     assert alerts[0].fingerprint == alerts[1].fingerprint
     assert state.state == "finished"
