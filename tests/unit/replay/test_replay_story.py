@@ -20,7 +20,7 @@ from replay_records import (
 
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.story import SampleDigest, Scope, StateBand, Subject, TimeRange
-from schemas import Alert, Attribution, GpuWindow, K8sNode, PodLifecycle
+from schemas import Alert, AlertSubject, Attribution, GpuWindow, K8sNode, PodLifecycle, PodUid
 from schemas.examples import GPU_0, GPU_1
 
 
@@ -264,3 +264,19 @@ def test_a_pods_story_starts_with_its_jobs_kueue_workload() -> None:
     # At one instant the workload comes before the pod's own transition.
     at_end = [e.kind for e in events if e.ts == T0 + 15 * MIN]
     assert at_end[:2] == ["workload", "lifecycle"]
+
+
+def test_the_kueue_alert_of_the_pods_job_is_in_its_story() -> None:
+    job = "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908"
+    found = incident()
+    found.pods = [msgspec.structs.replace(p, controller_uid=job) for p in found.pods]
+    for uid, job_uid in (("w-1", job), ("w-2", "another")):
+        waited = alert("WorkloadQueuedTooLong", "firing", T0 + 2 * MIN,
+                       labels={"namespace": "ml", "workload": uid, "job_uid": job_uid})  # fmt: skip
+        subject = AlertSubject(kind="workload", uid=PodUid(uid), uuid=None, node=None)
+        found.add(msgspec.structs.replace(waited, subject=subject, fingerprint=f"q-{uid}"))
+    subject = Subject("pod", "ml/train-0")
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+    kueue = [e.record for e in events if isinstance(e.record, Alert)]
+    named = [a.labels["workload"] for a in kueue if a.name == "WorkloadQueuedTooLong"]
+    assert named == ["w-1"]
