@@ -387,8 +387,8 @@ def _subject(alert: AlertRow, names: Mapping[str, str]) -> str:
         node = f"@{alert.subject_node}" if alert.subject_node else ""
         return f"gpu {short_uuid(alert.subject_uuid)}{node}"
     if alert.subject_kind == "workload":
-        names = (alert.labels.get("namespace"), alert.labels.get("workload"))
-        return f"workload {'/'.join(n for n in names if n) or _NONE}"
+        parts = (alert.labels.get("namespace"), alert.labels.get("workload"))
+        return f"workload {'/'.join(p for p in parts if p) or _NONE}"
     return f"{alert.subject_kind} {alert.subject_node or _NONE}"
 
 

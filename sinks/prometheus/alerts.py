@@ -117,7 +117,7 @@ def _rows(alert: Alert) -> tuple[AlertRow, ...]:
             clean(v)
             for v in (alert.name, alert.severity, namespace, pod, labels.get("team"), node, gpu,
                       labels.get("model"), uid, labels.get("xid"), labels.get("reasons"),
-                      alert.cluster, owner)
+                      alert.cluster, owner, labels.get("workload"), labels.get("queue"))
         )  # fmt: skip
         rows.append((values, label_text(ALERT_LABELS, values), since))
     return tuple(rows)

@@ -56,7 +56,7 @@ FREE_LABELS = ("node", *_CAPACITY)
 # alert per GPU and code) and `reasons` (GpuThrottled) are empty on the other alerts.
 ALERT_LABELS = _ALERT = (
     "alertname", "severity", "namespace", "pod", "team", "node", "gpu", "model", "pod_uid",
-    "xid", "reasons", "cluster", "owner",
+    "xid", "reasons", "cluster", "owner", "workload", "queue",
 )  # fmt: skip
 # Distinct Xid codes counted per GPU: NVIDIA's catalogue has under 200, a GPU in trouble
 # reports a handful; more is a broken agent, refused and counted as a label_set drop.

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from schemas.alert import Alert, AlertStatus, AlertSubject
+from schemas.alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid
 from schemas.k8s_pod import Owner
@@ -36,6 +36,7 @@ from streams.core.workloads import WorkloadStanding, standing
 __all__ = [
     "ALERT",
     "FINISHED_KEEP_MS",
+    "SEVERITY",
     "Workload",
     "WorkloadOutputs",
     "apply",
@@ -46,7 +47,8 @@ __all__ = [
     "step_to",
 ]
 
-ALERT: Final = "WorkloadQueuedTooLong"
+ALERT: Final[AlertName] = "WorkloadQueuedTooLong"
+SEVERITY: Final[dict[AlertName, Severity]] = {ALERT: "warning"}  # as PodQueuedTooLong
 FINISHED_KEEP_MS: Final = 3_600_000
 """A deleted workload's state is kept this long (event time) after its finish, for values
 sent again. One finished but not deleted is kept: a relist sends it again."""
@@ -265,7 +267,7 @@ def _alert(
         fingerprint=fingerprint(ALERT, "workload", state.uid, state.cluster),
         name=ALERT,
         status=status,
-        severity="warning",
+        severity=SEVERITY[ALERT],
         ts=ts,
         since=since,
         subject=AlertSubject(kind="workload", uid=PodUid(state.uid), uuid=None, node=None),

@@ -108,6 +108,9 @@ def test_the_workers_default_settings_render_the_shipped_thresholds() -> None:
         defaults.xid_alert_hold_s
     }
     assert seconds(rules["GpuThrottled"]["for"]) == defaults.throttle_alert_after_s
+    workload = rules["WorkloadQueuedTooLong"]
+    assert seconds(workload["for"]) == defaults.queued_alert_after_s
+    assert "for at least 10 minutes," in workload["annotations"]["description"]
     assert "the stall threshold (5 minutes)" in rules["PodStalled"]["annotations"]["description"]
     assert defaults.stall_after_s == 300
 
@@ -165,7 +168,8 @@ def test_every_threshold_moves_its_rule_and_the_words_that_state_it(helm: str) -
     )  # fmt: skip
     rules = by_name(spec)
     assert changed(spec, "thresholds") == {
-        "GpuIdleAllocated", "PodQueuedTooLong", "PodStalled", "GpuXidError", "GpuThrottled"
+        "GpuIdleAllocated", "PodQueuedTooLong", "PodStalled", "GpuXidError", "GpuThrottled",
+        "WorkloadQueuedTooLong",
     }  # fmt: skip
     idle = rules["GpuIdleAllocated"]
     assert idle["for"] == "2m"
@@ -173,6 +177,9 @@ def test_every_threshold_moves_its_rule_and_the_words_that_state_it(helm: str) -
     queued = rules["PodQueuedTooLong"]
     assert 'gpuwatch_pod_state_seconds{state="queued"} > 90\n' in queued["expr"]
     assert queued["annotations"]["description"].endswith("more than 90 seconds.")
+    workload = rules["WorkloadQueuedTooLong"]  # the same threshold, as Kueue's count's `for`
+    assert workload["for"] == "90s"
+    assert "for at least 90 seconds," in workload["annotations"]["description"]
     stalled = rules["PodStalled"]["annotations"]["description"]
     assert stalled.endswith("the stall threshold (1 hour).")
     xid = rules["GpuXidError"]
@@ -197,6 +204,7 @@ def test_thresholds_from_a_values_file_print_as_written(helm: str, tmp_path: Pat
     queued = rules["PodQueuedTooLong"]
     assert 'gpuwatch_pod_state_seconds{state="queued"} > 1000000\n' in queued["expr"]
     assert queued["annotations"]["description"].endswith("more than 1000000 seconds.")
+    assert rules["WorkloadQueuedTooLong"]["for"] == "1000000s"
     assert "gpuwatch_gpu_utilization_ratio < 0.025" in rules["GpuIdleAllocated"]["expr"]
 
 
@@ -305,7 +313,7 @@ def test_the_runbook_page_has_an_anchor_for_every_alert_and_is_up_to_date(helm: 
             "--set", f"prometheusRule.runbookBaseUrl={page}",
         )  # fmt: skip
         urls = [rule["annotations"]["runbook_url"] for rule in by_name(spec).values()]
-        assert len(urls) == 17
+        assert len(urls) == 18
         for url in urls:
             base, _, anchor = url.partition("#")
             assert base == page
@@ -343,7 +351,7 @@ def test_promtool_accepts_the_rendered_rules(
     path = write_rules(spec, tmp_path / "rules.yml")
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    count = 16 if values == "overrides" else 17  # GpuThrottled left out
+    count = 17 if values == "overrides" else 18  # GpuThrottled left out
     assert f"SUCCESS: {count} rules found" in done.stdout
 
 

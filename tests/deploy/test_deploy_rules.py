@@ -14,14 +14,17 @@ import re
 from pathlib import Path
 from typing import Any, get_args
 
+import msgspec
 import pytest
 import yaml
 from support.commands import run_command
 
 import streams.core
+from schemas import K8sWorkload
 from schemas.alert import AlertName
-from schemas.settings import WorkerSettings
-from streams.core import gpu_health
+from schemas.examples import example
+from schemas.settings import RuleSettings, WorkerSettings
+from streams.core import gpu_health, workload_step
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -45,7 +48,18 @@ def stream_severities() -> dict[str, str]:
     return found
 
 
-SEVERITY: dict[str, str] = NOT_YET_RAISED | stream_severities()
+def raised_severities() -> dict[str, str]:
+    """The severities a core module writes into the alerts it raises, having no SEVERITY
+    table: WorkloadQueuedTooLong's (streams/core/workload_step.py), from the alert raised
+    for the example workload, waiting for quota, stepped to queued_alert_after_s."""
+    rules = RuleSettings()
+    value = msgspec.convert(example("gpuwatch.k8s.workload/v1"), K8sWorkload)
+    state, out = workload_step.apply(None, value, rules)
+    _, fired = workload_step.step_to(state, value.ts + rules.queued_alert_after_s * 1000, rules)
+    return {alert.name: alert.severity for alert in [*out.alerts, *fired]}
+
+
+SEVERITY: dict[str, str] = NOT_YET_RAISED | raised_severities() | stream_severities()
 BY_CODE = "GpuXidError"  # its severity depends on the Xid code
 XID_WARNINGS = {code for code, (_, sev) in gpu_health.XID_MEANINGS.items() if sev == "warning"}
 
@@ -88,7 +102,8 @@ def test_each_in_stream_alert_has_one_rule_in_each_set_under_its_public_name() -
 
 def test_every_product_alert_has_a_severity() -> None:
     assert set(SEVERITY) == PRODUCT
-    assert set(stream_severities()) >= PRODUCT - set(NOT_YET_RAISED)
+    assert set(stream_severities()) | set(raised_severities()) >= PRODUCT - set(NOT_YET_RAISED)
+    assert set(raised_severities()) == {"WorkloadQueuedTooLong"}
 
 
 @pytest.mark.parametrize("group", ["gpuwatch-capacity", "gpuwatch-pipeline"])
@@ -164,6 +179,8 @@ def test_the_threshold_rules_keep_their_for_and_severities() -> None:
         "GpuThrottled": "1m",
         # Blocked pods by model and resource, from the metrics sink's capacity series.
         "PodBlockedByFragmentation": "1m",
+        # Pending workloads by ClusterQueue, from Kueue's metrics: queued_alert_after_s.
+        "WorkloadQueuedTooLong": "10m",
     }  # fmt: skip
     fixed = {name: rule.get("labels", {}).get("severity") for name, rule in rules.items()}
     assert fixed == SEVERITY | {BY_CODE: None}
@@ -187,6 +204,20 @@ def test_the_threshold_throttle_rule_reads_the_streams_slowdowns_only() -> None:
     assert {frozenset(regex.split("|")) for regex in matched} == {gpu_health.SLOWDOWNS}
 
 
+def test_the_threshold_workload_rule_reads_kueues_pending_workloads_per_cluster_queue() -> None:
+    """No gpuwatch series has a workload: the rule counts Kueue's pending workloads per
+    ClusterQueue, over Kueue's replicas and both statuses, and keeps none of the labels of
+    Kueue's own pod (its namespace is not the workloads')."""
+    rule = product(THRESHOLDS)["WorkloadQueuedTooLong"]
+    assert uses_only(rule["expr"]) == set()
+    assert "kueue_pending_workloads" in rule["expr"]
+    clauses = re.findall(r"\bby \(([^)]*)\)", rule["expr"])
+    kept = [{label.strip() for label in clause.split(",")} for clause in clauses]
+    assert kept == [{"cluster", "cluster_queue"}, {"cluster", "cluster_queue", "status"}]
+    assert seconds(rule["for"]) == RuleSettings().queued_alert_after_s
+    assert "$labels.cluster_queue" in rule["annotations"]["summary"]
+
+
 def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
     stream, thresholds = product(STREAM), product(THRESHOLDS)
     differ = {
@@ -201,7 +232,7 @@ def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
 def test_promtool_accepts_the_rule_set(path: Path) -> None:
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 17 rules found" in done.stdout
+    assert "SUCCESS: 18 rules found" in done.stdout
 
 
 def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:

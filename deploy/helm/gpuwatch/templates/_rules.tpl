@@ -114,6 +114,7 @@ default, a test keeps them equal) stands.
 {{- with include "gpuwatch.ruleThreshold" (merge (dict "name" "queuedAlertAfterSeconds" "setting" "GPUWATCH_QUEUED_ALERT_AFTER_S" "kind" "seconds") $arg) -}}
 {{- $subs = append $subs (list "PodQueuedTooLong" "expr" "gpuwatch_pod_state_seconds\\{state=\"queued\"\\} > [0-9]+" (printf "gpuwatch_pod_state_seconds{state=\"queued\"} > %s" .)) -}}
 {{- $subs = append $subs (list "PodQueuedTooLong" "description" "more than [0-9]+ [a-z]+" (printf "more than %s" (include "gpuwatch.humanDuration" (include "gpuwatch.promDuration" .)))) -}}
+{{- $_ := set $fors "WorkloadQueuedTooLong" (include "gpuwatch.promDuration" .) -}}
 {{- end -}}
 {{- with include "gpuwatch.ruleThreshold" (merge (dict "name" "stallAfterSeconds" "setting" "GPUWATCH_STALL_AFTER_S" "kind" "seconds") $arg) -}}
 {{- $subs = append $subs (list "PodStalled" "description" "the stall threshold \\([0-9]+ [a-z]+\\)" (printf "the stall threshold (%s)" (include "gpuwatch.humanDuration" (include "gpuwatch.promDuration" .)))) -}}
@@ -127,7 +128,7 @@ default, a test keeps them equal) stands.
 {{- with include "gpuwatch.ruleThreshold" (merge (dict "name" "throttleAlertAfterSeconds" "setting" "GPUWATCH_THROTTLE_ALERT_AFTER_S" "kind" "seconds") $arg) -}}
 {{- $_ := set $fors "GpuThrottled" (include "gpuwatch.promDuration" .) -}}
 {{- end -}}
-{{- toYaml (dict "subs" $subs "fors" $fors "forText" (list "GpuIdleAllocated" "GpuThrottled")) -}}
+{{- toYaml (dict "subs" $subs "fors" $fors "forText" (list "GpuIdleAllocated" "GpuThrottled" "WorkloadQueuedTooLong")) -}}
 {{- end -}}
 
 {{/*
