@@ -54,6 +54,7 @@ _FIRST_PASS: dict[str, tuple[TopicSpec[Any], ...]] = {
 }
 # Records that can concern a GPU without naming it: its holders' transitions and alerts.
 _KEEP_ALL_FOR_GPU = frozenset({POD_LIFECYCLE.name, ALERTS.name})
+_WORKLOAD_ALERT = b'"kind":"workload"'  # a Kueue workload's alert (its subject), compact JSON
 
 
 @dataclass
@@ -97,7 +98,9 @@ def timeline(
             for hit in reader.read(plan, names, span, margin_ms):
                 spec = by_name[hit.topic]
                 keep_all = subject.kind == "gpu" and spec.name in _KEEP_ALL_FOR_GPU
-                if spec.name == K8S_WORKLOADS.name:  # they name no pod: those of its namespace
+                if spec.name == K8S_WORKLOADS.name or (
+                    spec.name == ALERTS.name and _WORKLOAD_ALERT in hit.value
+                ):  # they name no pod: those of its namespace (matched by its job's uid)
                     keep_all = namespace_needle in hit.value
                 if (keep_all or needle in hit.value) and (
                     value := _decode(spec, hit, decoded)

@@ -327,6 +327,13 @@ def test_a_kueue_queued_job_on_dra_gpus_as_worked_out_by_hand(
     )
     assert "admitted to ClusterQueue research after 20m00s" in admitted
     assert "finished (Succeeded)" in finished
+    # Three minutes in Kueue's queue (the demo's threshold) raised WorkloadQueuedTooLong; the
+    # admission resolved it.
+    waited = [line for line in replay.stdout.splitlines() if "WorkloadQueuedTooLong" in line]
+    assert len(waited) == 2, replay.stdout
+    assert "FIRING WorkloadQueuedTooLong (warning)" in waited[0], waited
+    assert "queued in Kueue for 180 s (WaitingForQuota) in queue research" in waited[0], waited
+    assert "RESOLVED WorkloadQueuedTooLong" in waited[1], waited
     moves = [line for line in replay.stdout.splitlines() if "  lifecycle  " in line]
     assert "new -> queued (Scheduling)" in moves[0]  # not waiting for quota once admitted
     assert "running -> finished (Completed)" in moves[-1]
