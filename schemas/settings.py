@@ -420,6 +420,10 @@ class WatcherSettings(BaseModel):
     `gpu_device_classes`, by class."""
     gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
     """DeviceClasses whose devices are GPUs (the NVIDIA DRA driver's)."""
+    dra_drivers: tuple[str, ...] = ("gpu.nvidia.com",)
+    """DRA drivers whose devices are GPUs: their ResourceSlices are watched (where the
+    cluster serves `resource.k8s.io`) and each node's devices added to its GPU capacity
+    and allocatable, by resource name (`gpu.nvidia.com/gpu`). Empty: not watched."""
     pod_label_allowlist: tuple[str, ...] = (
         "team",
         "project",
@@ -449,6 +453,7 @@ class WatcherSettings(BaseModel):
         "gpu_resource_prefixes",
         "extra_pods",
         "gpu_device_classes",
+        "dra_drivers",
         "pod_label_allowlist",
         "node_label_allowlist",
         mode="before",
@@ -546,6 +551,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WATCH_EXTRA_PODS": ("watcher", "extra_pods"),
     "GPUWATCH_WATCH_CLAIM_PODS": ("watcher", "claim_pods"),
     "GPUWATCH_WATCH_GPU_DEVICE_CLASSES": ("watcher", "gpu_device_classes"),
+    "GPUWATCH_WATCH_DRA_DRIVERS": ("watcher", "dra_drivers"),
     "GPUWATCH_WATCH_WORKLOADS": ("watcher", "watch_workloads"),
     "GPUWATCH_POD_LABEL_ALLOWLIST": ("watcher", "pod_label_allowlist"),
     "GPUWATCH_NODE_LABEL_ALLOWLIST": ("watcher", "node_label_allowlist"),

@@ -134,13 +134,14 @@ def run(settings: Settings, options: WatcherOptions) -> int:
     watcher = settings.watcher
     log.info(
         "k8s watcher started cluster=%s api=%s namespaces=%s selector=%s gpu_resources=%s "
-        "gpu_prefixes=%s topics=%s,%s,%s metrics=%s:%d",
+        "gpu_prefixes=%s dra_drivers=%s topics=%s,%s,%s metrics=%s:%d",
         settings.cluster.name,
         service.api.host,
         ",".join(watcher.namespaces) or "*",
         watcher.label_selector or "-",
         ",".join(watcher.gpu_resources),
         ",".join(watcher.gpu_resource_prefixes),
+        ",".join(watcher.dra_drivers) or "-",
         K8S_PODS.full_name(settings.kafka.topic_prefix),
         K8S_NODES.full_name(settings.kafka.topic_prefix),
         K8S_WORKLOADS.full_name(settings.kafka.topic_prefix),

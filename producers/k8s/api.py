@@ -19,8 +19,9 @@ __all__ = [
     "WatchLines",
 ]
 
-Resource = Literal["pods", "nodes", "workloads"]
-"""Pods and nodes (core/v1), Kueue's Workloads (kueue.x-k8s.io, at `Collection.version`)."""
+Resource = Literal["pods", "nodes", "workloads", "resourceslices"]
+"""Pods and nodes (core/v1); Kueue's Workloads (kueue.x-k8s.io) and DRA's ResourceSlices
+(resource.k8s.io), each at `Collection.version`."""
 
 
 @dataclass(frozen=True)

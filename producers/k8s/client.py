@@ -233,6 +233,9 @@ class KubernetesApi:
                         custom[0], custom[1], collection.namespace, custom[2], **options
                     )
                 return self._custom.list_cluster_custom_object(*custom, **options)
+            if collection.resource == "resourceslices":
+                cluster = ("resource.k8s.io", collection.version or "v1", "resourceslices")
+                return self._custom.list_cluster_custom_object(*cluster, **options)
             if collection.resource == "nodes":
                 return self._core.list_node(**options)
             if collection.namespace:

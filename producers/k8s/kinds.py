@@ -1,14 +1,26 @@
-"""Pods and nodes as the watch loop sees them: decode, key, select, observe."""
+"""Pods, nodes, Workloads and ResourceSlices as the watch loop sees them: decode, key,
+select, observe."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Collection
 from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
 from producers.k8s.api import Resource
 from producers.k8s.claims import ClaimRequests
+from producers.k8s.dra import (
+    SLICE_DECODER,
+    DraInventory,
+    ResourceSlice,
+    SliceDevices,
+    decode_slice_list,
+    merge_counts,
+    observe_slice,
+    slice_key,
+)
 from producers.k8s.normalise import (
     NodeRules,
     PodRules,
@@ -47,8 +59,8 @@ from schemas.k8s_pod import K8sPod
 from schemas.k8s_workload import K8sWorkload
 
 O = TypeVar("O")  # noqa: E741 - the object type, as in the API's own generics
-V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
-K = TypeVar("K", Pod, Node, Workload)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload, SliceDevices)
+K = TypeVar("K", Pod, Node, Workload, ResourceSlice)
 S_contra = TypeVar("S_contra", contravariant=True)
 
 
@@ -79,6 +91,10 @@ class Kind(Protocol, Generic[O, V]):
 
     def observe(self, obj: O) -> Observed[V]:
         """Normalise; MalformedObject when the object lacks what a value needs."""
+        ...
+
+    def forget(self, key: str) -> None:
+        """The object of `key` is no longer published: drop what is kept of it."""
         ...
 
 
@@ -130,6 +146,9 @@ class _ApiKind(Generic[K]):
     def wanted(self, obj: K) -> bool:
         """Whether the selection wants an object not yet published."""
         return self._selection.wanted(obj)
+
+    def forget(self, key: str) -> None:
+        """Nothing is kept of an object but what the watch keeps."""
 
 
 class PodKind(_ApiKind[Pod]):
@@ -194,15 +213,89 @@ class WorkloadKind(_ApiKind[Workload]):
 
 
 class NodeKind(_ApiKind[Node]):
-    """Nodes: keyed by name, GPU nodes only."""
+    """Nodes: keyed by name, GPU nodes only. With `devices`, a node's DRA devices are added
+    to its GPU capacity and allocatable (under resource names the device plugin does not
+    report), and a node with such devices is a GPU node.
+
+    The value each node had without them is kept, so that `reobserve` can tell the node's
+    value again when only its devices changed (no event of the node's own)."""
 
     resource: Resource = "nodes"
 
-    def __init__(self, rules: NodeRules, selection: NodeSelection) -> None:
+    def __init__(
+        self, rules: NodeRules, selection: NodeSelection, devices: DraInventory | None = None
+    ) -> None:
         super().__init__(selection, node_key, decode_node_list, NODE_DECODER)
         self.rules = rules
+        self.devices = devices
+        self._plain: dict[str, Observed[K8sNode]] = {}
+        self._lock = threading.Lock()
+
+    def wanted(self, obj: Node) -> bool:
+        """GPU nodes: the selection's, and those with DRA devices."""
+        if super().wanted(obj):
+            return True
+        return self.devices is not None and bool(self.devices.counts(node_key(obj)))
 
     def observe(self, obj: Node) -> Observed[K8sNode]:
-        """The node's value."""
+        """The node's value, its DRA devices counted."""
         value = normalise_node(obj, self.rules)
-        return Observed(value.node, self.version(obj) or "", value, node_stamps(obj))
+        plain = Observed(value.node, self.version(obj) or "", value, node_stamps(obj))
+        if self.devices is not None:
+            with self._lock:
+                self._plain[plain.key] = plain
+        return self._with_devices(plain)
+
+    def reobserve(self, key: str) -> Observed[K8sNode] | None:
+        """The last observed node of `key` with its DRA devices as they are now; None for
+        a node not observed (or forgotten)."""
+        with self._lock:
+            plain = self._plain.get(key)
+        return None if plain is None else self._with_devices(plain)
+
+    def forget(self, key: str) -> None:
+        """The node is no longer published."""
+        with self._lock:
+            self._plain.pop(key, None)
+
+    def _with_devices(self, plain: Observed[K8sNode]) -> Observed[K8sNode]:
+        if self.devices is None:
+            return plain
+        dra = self.devices.counts(plain.key)
+        if not dra:
+            return plain
+        value = msgspec.structs.replace(
+            plain.value,
+            gpu_capacity=merge_counts(plain.value.gpu_capacity, dra),
+            gpu_allocatable=merge_counts(plain.value.gpu_allocatable, dra),
+        )
+        return Observed(plain.key, plain.resource_version, value, plain.stamps)
+
+
+class SliceKind(_ApiKind[ResourceSlice]):
+    """ResourceSlices of the GPU DRA drivers that name their node: keyed by name, each
+    one's devices counted per resource name."""
+
+    resource: Resource = "resourceslices"
+
+    def __init__(self, drivers: Collection[str]) -> None:
+        super().__init__(
+            _OfDrivers(frozenset(drivers)), slice_key, decode_slice_list, SLICE_DECODER
+        )
+
+    def observe(self, obj: ResourceSlice) -> Observed[SliceDevices]:
+        """The slice's devices, counted."""
+        value = observe_slice(obj)
+        return Observed(value.slice, self.version(obj) or "", value, frozenset())
+
+
+class _OfDrivers:
+    """Slices of `drivers` with a node (a slice of devices reachable from several nodes
+    adds to no one node's capacity)."""
+
+    def __init__(self, drivers: frozenset[str]) -> None:
+        self.drivers = drivers
+
+    def wanted(self, obj: ResourceSlice) -> bool:
+        spec = obj.get("spec") or {}
+        return spec.get("driver") in self.drivers and bool(spec.get("nodeName"))

@@ -21,6 +21,7 @@ from typing import Generic, Literal, TypeVar
 
 import msgspec
 
+from producers.k8s.dra import SliceDevices
 from producers.k8s.normalise import Stamps
 from schemas.fields import K8sEventType
 from schemas.k8s_node import K8sNode
@@ -37,7 +38,7 @@ __all__ = [
     "relist",
 ]
 
-V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload, SliceDevices)
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 

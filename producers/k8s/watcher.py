@@ -1,6 +1,7 @@
 """The Kubernetes watcher: one list+watch of nodes and one of pods per namespace (or one
-for all), each on its own thread, publishing through the given emitters; and Kueue's
-Workloads the same way where the cluster serves them (`KueueWatches`)."""
+for all), each on its own thread, publishing through the given emitters; Kueue's
+Workloads the same way where the cluster serves them (`KueueWatches`); and the GPU DRA
+drivers' ResourceSlices, whose devices count in their nodes' GPUs (`DraWatches`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from producers.k8s.api import ApiError, Collection, KubeApi
 from producers.k8s.claims import ClaimLookup, ClaimRequests
-from producers.k8s.kinds import NodeKind, PodKind, WorkloadKind
+from producers.k8s.dra import DRA_GROUP, DRA_VERSIONS, DraInventory, SliceDevices
+from producers.k8s.kinds import NodeKind, PodKind, SliceKind, WorkloadKind
 from producers.k8s.normalise import NodeRules, PodRules
 from producers.k8s.objects import MalformedObject, OwnerReference, decode_owner
 from producers.k8s.owners import Lookup, LookupFailed, OwnerResolver, controller_of
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 KUEUE_RECHECK_S = 300.0
 """How often the API is asked again whether it serves Kueue, while it does not."""
+DRA_RECHECK_S = 300.0
+"""How often the API is asked again whether it serves ResourceSlices, while it does not."""
 
 
 def api_lookup(api: KubeApi) -> Lookup:
@@ -61,38 +65,44 @@ def api_claims(api: KubeApi) -> ClaimLookup:
     return lookup
 
 
-class KueueWatches:
-    """The Workload watches, once the API server serves Kueue's API group.
+class OptionalWatches:
+    """The watches of an API group the cluster may not serve (Kueue's, DRA's), once it does.
 
-    Kueue is optional: while `kueue.x-k8s.io` is not served (Kueue not installed), the
-    group is asked for again every `recheck_s`, and that it is absent is logged once. When
-    it is, one watch per namespace runs at the newest version gpuwatch reads that the
-    server serves, each on a thread of its own.
+    While `group` is served at none of `versions` (Kueue not installed, a cluster before
+    DRA), it is asked for again every `recheck_s`, and that it is absent is logged once.
+    When it is, the watches `make` gives for the first of `versions` it serves run until
+    `stop`, each on a thread of its own.
     """
 
     def __init__(
         self,
         api: KubeApi,
-        namespaces: tuple[str | None, ...],
-        make: Callable[[Collection], Watch[Any, K8sWorkload]],
-        added: Callable[[Watch[Any, K8sWorkload]], None],
+        make: Callable[[str], list[Watch[Any, Any]]],
+        added: Callable[[Watch[Any, Any]], None],
         *,
-        recheck_s: float = KUEUE_RECHECK_S,
+        group: str,
+        versions: tuple[str, ...],
+        what: str,
+        absent: str,
+        recheck_s: float,
     ) -> None:
         self._api = api
-        self._namespaces = namespaces
         self._make = make
         self._added = added
+        self._group = group
+        self._versions = versions
+        self._what = what
+        self._absent = absent
         self._recheck_s = recheck_s
         self.version: str | None = None
-        """The Workload version watched; None until Kueue is found."""
+        """The version watched; None until the group is found."""
         self.checks = 0
         self._said_absent = False
         self._failing = False
         self._threads: list[threading.Thread] = []
 
     def run(self, stop: threading.Event) -> None:
-        """Look for Kueue until it is there, then run its watches until `stop`."""
+        """Look for the group until it is there, then run its watches until `stop`."""
         while not stop.is_set():
             version = self._find()
             if version is not None:
@@ -101,12 +111,8 @@ class KueueWatches:
         else:
             return
         self.version = version
-        log.info("kueue workloads watched version=%s/%s", KUEUE_GROUP, version)
-        watches = [
-            self._make(Collection("workloads", namespace, None, version))
-            for namespace in self._namespaces
-        ]
-        for watch in watches:
+        log.info("%s watched version=%s/%s", self._what, self._group, version)
+        for watch in self._make(version):
             self._added(watch)
             thread = threading.Thread(
                 target=watch.run, args=(stop,), name=f"gpuwatch-watch-{watch.collection}"
@@ -120,30 +126,111 @@ class KueueWatches:
         """The version to watch, or None (absent: said once; a failed ask: warned once)."""
         self.checks += 1
         try:
-            served = self._api.served_versions(KUEUE_GROUP)
+            served = self._api.served_versions(self._group)
         except ApiError as exc:
             if not self._failing:
-                log.warning("kueue api group not readable: %s; asking again", exc)
+                log.warning("api group %s not readable: %s; asking again", self._group, exc)
             self._failing = True
             return None
         self._failing = False
-        version = next((v for v in served or () if v in KUEUE_VERSIONS), None)
+        version = next((v for v in self._versions if v in (served or ())), None)
         if version is None and not self._said_absent:
             log.info(
-                "kueue not installed (the API serves no %s %s): workloads not watched; "
-                "looking again every %.0f s",
-                KUEUE_GROUP,
-                "/".join(KUEUE_VERSIONS),
+                "%s (the API serves no %s %s): %s not watched; looking again every %.0f s",
+                self._absent,
+                self._group,
+                "/".join(self._versions),
+                self._what,
                 self._recheck_s,
             )
             self._said_absent = True
         return version
 
 
+class KueueWatches(OptionalWatches):
+    """Kueue's Workloads, one watch per namespace, at the newest version gpuwatch reads
+    that the server serves, once `kueue.x-k8s.io` is served (Kueue installed)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        namespaces: tuple[str | None, ...],
+        make: Callable[[Collection], Watch[Any, K8sWorkload]],
+        added: Callable[[Watch[Any, Any]], None],
+        *,
+        recheck_s: float = KUEUE_RECHECK_S,
+    ) -> None:
+        def watches(version: str) -> list[Watch[Any, Any]]:
+            return [make(Collection("workloads", ns, None, version)) for ns in namespaces]
+
+        super().__init__(
+            api,
+            watches,
+            added,
+            group=KUEUE_GROUP,
+            versions=KUEUE_VERSIONS,
+            what="kueue workloads",
+            absent="kueue not installed",
+            recheck_s=recheck_s,
+        )
+
+
+class DraWatches(OptionalWatches):
+    """The ResourceSlices of the GPU DRA drivers (one cluster-wide watch), once
+    `resource.k8s.io` is served: each slice's devices go to `devices`; a node whose
+    counts change is published again (`node_watch.refresh`), and one not published yet
+    that now has devices is found by a relist of the nodes."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        make: Callable[
+            [Collection, SliceKind, Callable[[SliceDevices], None]], Watch[Any, SliceDevices]
+        ],
+        added: Callable[[Watch[Any, Any]], None],
+        *,
+        drivers: tuple[str, ...],
+        devices: DraInventory,
+        nodes: NodeKind,
+        node_watch: Watch[Any, K8sNode],
+        recheck_s: float = DRA_RECHECK_S,
+    ) -> None:
+        self.devices = devices
+        self._nodes = nodes
+        self._node_watch = node_watch
+        kind = SliceKind(drivers)
+
+        def watches(version: str) -> list[Watch[Any, Any]]:
+            collection = Collection("resourceslices", None, None, version)
+            return [make(collection, kind, self.on_slice)]
+
+        super().__init__(
+            api,
+            watches,
+            added,
+            group=DRA_GROUP,
+            versions=DRA_VERSIONS,
+            what="ResourceSlices",
+            absent="dynamic resource allocation not served",
+            recheck_s=recheck_s,
+        )
+
+    def on_slice(self, value: SliceDevices) -> None:
+        """One slice added, changed or deleted: the nodes whose counts changed published
+        again (or found, when not published yet)."""
+        changed = self.devices.apply(value)
+        if not changed:
+            return
+        unpublished = self._node_watch.refresh(sorted(changed), self._nodes.reobserve)
+        if any(self.devices.counts(node) for node in unpublished):
+            self._node_watch.relist_soon("dra")
+
+
 class K8sWatcher:
     """Every watch the settings ask for. `start` runs them, `stop` ends them. Every value
     published names `cluster`. Kueue Workloads are watched when `emit_workload` is given
-    and the settings want them (`watch_workloads`), once the cluster serves them."""
+    and the settings want them (`watch_workloads`), once the cluster serves them; the
+    ResourceSlices of `dra_drivers` (none: not watched) once it serves them."""
 
     def __init__(
         self,
@@ -160,6 +247,7 @@ class K8sWatcher:
         resolve_owners: bool = True,
         cluster: str = DEFAULT_CLUSTER,
         kueue_recheck_s: float = KUEUE_RECHECK_S,
+        dra_recheck_s: float = DRA_RECHECK_S,
     ) -> None:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
@@ -174,8 +262,11 @@ class K8sWatcher:
             self.owners,
             self.claims,
         )
+        devices = DraInventory() if settings.dra_drivers else None
         nodes = NodeKind(
-            NodeRules(gpus, settings.node_label_allowlist, cluster), NodeSelection(gpus)
+            NodeRules(gpus, settings.node_label_allowlist, cluster),
+            NodeSelection(gpus),
+            devices,
         )
         options: dict[str, Any] = {
             "api": api,
@@ -214,6 +305,24 @@ class K8sWatcher:
                 self._add,
                 recheck_s=kueue_recheck_s,
             )
+        self.dra: DraWatches | None = None
+        if devices is not None:
+
+            def make_slices(
+                collection: Collection, kind: SliceKind, emit: Callable[[SliceDevices], None]
+            ) -> Watch[Any, SliceDevices]:
+                return Watch(collection=collection, kind=kind, emit=emit, **options)
+
+            self.dra = DraWatches(
+                api,
+                make_slices,
+                self._add,
+                drivers=settings.dra_drivers,
+                devices=devices,
+                nodes=nodes,
+                node_watch=self.node_watch,
+                recheck_s=dra_recheck_s,
+            )
 
     def _add(self, watch: Watch[Any, Any]) -> None:
         with self._lock:
@@ -223,8 +332,8 @@ class K8sWatcher:
 
     @property
     def watches(self) -> list[Watch[Any, Any]]:
-        """The node watch, then the pod watches, then the workload watches once running
-        (one list, which grows: the metrics read it at each scrape)."""
+        """The node watch, then the pod watches, then the workload and ResourceSlice
+        watches once running (one list, which grows: the metrics read it at each scrape)."""
         return self._watches
 
     @property
@@ -235,12 +344,14 @@ class K8sWatcher:
         return all(watch.resource_version is not None for watch in watches)
 
     def start(self) -> None:
-        """One thread per watch, and one for Kueue's."""
+        """One thread per watch, and one each for Kueue's and DRA's."""
         runs: list[tuple[str, Callable[[threading.Event], None]]] = [
             (f"gpuwatch-watch-{watch.collection}", watch.run) for watch in self._watches
         ]
         if self.kueue is not None:
             runs.append(("gpuwatch-kueue", self.kueue.run))
+        if self.dra is not None:
+            runs.append(("gpuwatch-dra", self.dra.run))
         for name, run in runs:
             thread = threading.Thread(target=run, args=(self._stop,), name=name)
             thread.start()

@@ -6,6 +6,10 @@ repeats it until stopped, with jittered exponential backoff after failures. A wa
 that times out or drops is resumed from the last resourceVersion (the API replays what
 was missed), so renewals are invisible downstream; only a 410 (the resourceVersion was
 compacted away) costs a relist, published as the difference against what was sent.
+
+What was published (`published`) is changed under a lock: `refresh` publishes again,
+from another thread, an object whose value changed without an event of its own (a node
+whose DRA devices changed), and `relist_soon` asks for a relist (an object now wanted).
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
 from producers.k8s.api import ApiError, Collection, Disconnected, Expired, KubeApi, WatchLines
+from producers.k8s.dra import SliceDevices
 from producers.k8s.kinds import Kind
 from producers.k8s.objects import Bookmark, Change, MalformedObject, StatusError
 from producers.k8s.resync import Observed, Published, on_change, relist
@@ -32,7 +37,7 @@ from schemas.k8s_workload import K8sWorkload
 log = logging.getLogger(__name__)
 
 O = TypeVar("O")  # noqa: E741 - the object type
-V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload, SliceDevices)
 
 PAGE_SIZE = 500  # items per list page, as client-go's reflector asks for
 FULL_RESYNC_S = 6 * 3600.0  # re-send every live object well inside the topics' 7-day retention
@@ -71,7 +76,8 @@ class WatchStats:
     published: Counter[str] = field(default_factory=Counter)
     """Messages published by type: ADDED, MODIFIED, DELETED, RESYNC."""
     relists: Counter[str] = field(default_factory=Counter)
-    """Lists by reason: initial, expired (410), malformed, periodic."""
+    """Lists by reason: initial, expired (410), malformed, periodic, or the reason given
+    to `relist_soon` (dra: a node's DRA devices made it a GPU node)."""
     api_errors: Counter[str] = field(default_factory=Counter)
     """Failed requests by HTTP status ("none": no answer, "disconnect": a stream broke)."""
     malformed: int = 0
@@ -117,8 +123,10 @@ class Watch(Generic[O, V]):
         self._relist_reason = "initial"
         self._listed = False
         self._lock = threading.Lock()
+        self._state = threading.RLock()
         self._connection: WatchLines | None = None
         self._stopping = False
+        self._relist_wanted: str | None = None
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -158,12 +166,56 @@ class Watch(Generic[O, V]):
         if connection is not None:
             connection.close()
 
+    def relist_soon(self, reason: str) -> None:
+        """List again (the difference published) before watching on (any thread): an
+        object not published may be wanted now though it did not change. Requests made
+        before the list starts are answered by one list."""
+        with self._lock:
+            self._relist_wanted = reason
+            connection = self._connection
+        if connection is not None:
+            connection.close()
+
+    def refresh(
+        self, keys: Iterable[str], observe: Callable[[str], Observed[V] | None]
+    ) -> set[str]:
+        """Publish again, as MODIFIED at the watcher's clock, the published objects of
+        `keys` whose value (`observe`: None for unknown) changed without an event of their
+        own (any thread). The keys not published are returned."""
+        unpublished: set[str] = set()
+        with self._state:
+            for key in keys:
+                previous = self.published.get(key)
+                if previous is None:
+                    unpublished.add(key)
+                    continue
+                observed = observe(key)
+                if observed is None:
+                    continue
+                entry, message = on_change(previous, "MODIFIED", observed, self._now_ms())
+                if entry is not None:
+                    self.published[key] = entry
+                if message is not None:
+                    self._emit(message)
+        return unpublished
+
     def step(self) -> bool:
         """One list or one watch request; False when it made no progress (back off).
 
         Raises ApiError when a request fails; the state is then unchanged but for the
         events already applied, so the next step resumes where this one stopped.
         """
+        with self._lock:
+            wanted, self._relist_wanted = self._relist_wanted, None
+        if wanted is not None and self.resource_version is not None:
+            self._relist_reason = wanted
+            try:
+                self._relist(resend_all=False)
+            except ApiError:
+                with self._lock:
+                    self._relist_wanted = self._relist_wanted or wanted
+                raise
+            return True
         if self.resource_version is None:
             self._relist(resend_all=False)
             return True
@@ -177,24 +229,27 @@ class Watch(Generic[O, V]):
 
     def _relist(self, *, resend_all: bool) -> None:
         objects, version = self._list_all()
-        observed: list[Observed[V]] = []
-        for obj in objects:
-            try:
-                if self.kind.key(obj) in self.published or self.kind.wanted(obj):
-                    observed.append(self.kind.observe(obj))
-            except MalformedObject as exc:
-                self._malformed(exc)
-        outcome = relist(
-            self.published,
-            observed,
-            self._now_ms(),
-            cold=not self._listed,
-            resend_all=resend_all,
-        )
-        for message in outcome.messages:
-            self._emit(message)
-        self.published = outcome.published
-        self.stats.tracked = len(self.published)
+        with self._state:
+            observed: list[Observed[V]] = []
+            for obj in objects:
+                try:
+                    if self.kind.key(obj) in self.published or self.kind.wanted(obj):
+                        observed.append(self.kind.observe(obj))
+                except MalformedObject as exc:
+                    self._malformed(exc)
+            outcome = relist(
+                self.published,
+                observed,
+                self._now_ms(),
+                cold=not self._listed,
+                resend_all=resend_all,
+            )
+            for message in outcome.messages:
+                self._emit(message)
+            for key in self.published.keys() - outcome.published.keys():
+                self.kind.forget(key)
+            self.published = outcome.published
+            self.stats.tracked = len(self.published)
         self.stats.relists[self._relist_reason] += 1
         self.stats.last_event_at = self._monotonic()
         log.info(
@@ -253,10 +308,13 @@ class Watch(Generic[O, V]):
         with self._lock:
             self._connection = lines
             stopping = self._stopping
+            relist_wanted = self._relist_wanted is not None
         events = 0
         try:
             if stopping:
                 return False
+            if relist_wanted:
+                return True
             for line in lines:
                 events += 1
                 self.stats.last_event_at = self._monotonic()
@@ -266,8 +324,10 @@ class Watch(Generic[O, V]):
             with self._lock:
                 self._connection = None
             lines.close()
-        # The server ended the stream (its timeout): resume at once, unless it ended
-        # suspiciously early with nothing in it.
+        # The server ended the stream (its timeout), or `relist_soon` did: go on at once,
+        # unless it ended suspiciously early with nothing in it.
+        if self._relist_wanted is not None:
+            return True
         return events > 0 or self._monotonic() - started >= self._timeout_s / 2
 
     def _apply(self, line: bytes) -> bool:
@@ -298,19 +358,21 @@ class Watch(Generic[O, V]):
     def _change(self, change: Change[O]) -> None:
         obj = change.object
         try:
-            key = self.kind.key(obj)
-            previous = self.published.get(key)
-            if previous is not None or (change.type != "DELETED" and self.kind.wanted(obj)):
-                entry, message = on_change(
-                    previous, change.type, self.kind.observe(obj), self._now_ms()
-                )
-                if entry is None:
-                    self.published.pop(key, None)
-                else:
-                    self.published[key] = entry
-                if message is not None:
-                    self._emit(message)
-                self.stats.tracked = len(self.published)
+            with self._state:
+                key = self.kind.key(obj)
+                previous = self.published.get(key)
+                if previous is not None or (change.type != "DELETED" and self.kind.wanted(obj)):
+                    entry, message = on_change(
+                        previous, change.type, self.kind.observe(obj), self._now_ms()
+                    )
+                    if entry is None:
+                        self.published.pop(key, None)
+                        self.kind.forget(key)
+                    else:
+                        self.published[key] = entry
+                    if message is not None:
+                        self._emit(message)
+                    self.stats.tracked = len(self.published)
         except MalformedObject as exc:
             self._malformed(exc)
         self.resource_version = self.kind.version(obj) or self.resource_version

@@ -574,6 +574,8 @@ def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
         ("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "list"),
         ("kueue.x-k8s.io", "workloads", "watch"), ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
     }  # fmt: skip
     binding = one(default, "ClusterRoleBinding", "k8s-watcher")
     watcher = one(default, "Deployment", "k8s-watcher")["spec"]["template"]["spec"]

@@ -83,8 +83,8 @@ def test_the_command_watches_the_real_server_as_its_service_account(
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
-    # 1 pod + its change; a list of nodes, of pods and of Kueue's workloads
-    assert watcher_command.stopped(stderr) == ("2", "3", "2")
+    # 1 pod + its change; a list of nodes, of pods, of Kueue's workloads and of ResourceSlices
+    assert watcher_command.stopped(stderr) == ("2", "4", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
     for record in records:
         assert list(validators[K8S_PODS.name].iter_errors(json.loads(record.value))) == []

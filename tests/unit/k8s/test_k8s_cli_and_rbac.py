@@ -134,4 +134,6 @@ def test_the_cluster_role_only_reads() -> None:
         ("kueue.x-k8s.io", "workloads", "watch"),
         ("resource.k8s.io", "resourceclaims", "get"),
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
     }
