@@ -147,6 +147,7 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
         "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
         "GpuwatchMetricsSeriesDropped", "GpuXidError", "GpuEccUncorrectable",
         "GpuRowRemapFailure", "GpuThrottled", "PodBlockedByFragmentation", "GpuCapacityStranded",
+        "WorkloadQueuedTooLong",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:
