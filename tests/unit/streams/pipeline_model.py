@@ -344,25 +344,38 @@ def run_backlog(history_inputs: list[Input], order: str, **kw: Any) -> Pipeline:
     return pipe
 
 
-def run_live(history_inputs: list[Input], every: int = 3, **kw: Any) -> Pipeline:
-    """Produced in event-time order while being read, a tick every few messages."""
+EVERYTHING: list[tuple[str, str]] = [
+    ("node", TICKS),
+    ("pod", TICKS),
+    ("node", SAMPLES),
+    ("node", NODES),
+    ("pod", PODS),
+    ("pod", USAGE),
+    ("pod", WORKLOADS),
+    ("pod", FLEET),
+]
+"""Every agent's every input, ticks first: what a live worker reads as it comes."""
+
+
+def run_live(
+    history_inputs: list[Input],
+    every: int = 3,
+    *,
+    crash_at: int | None = None,
+    tear: random.Random | None = None,
+    **kw: Any,
+) -> Pipeline:
+    """Produced in event-time order while being read, a tick every few messages; with
+    `crash_at`, a crash (`Pipeline.restart`, cut short by `tear`) after that message."""
     pipe = Pipeline(**kw)
-    everything = [
-        ("node", TICKS),
-        ("pod", TICKS),
-        ("node", SAMPLES),
-        ("node", NODES),
-        ("pod", PODS),
-        ("pod", USAGE),
-        ("pod", WORKLOADS),
-        ("pod", FLEET),
-    ]
     for n, message in enumerate(history_inputs):
         pipe.produce([message])
-        while pipe.step(everything) is not None:
+        while pipe.step(EVERYTHING) is not None:
             pass
         if n % every == 0:
             pipe.tick()
+        if n == crash_at:
+            pipe.restart(tear)
     pipe.settle()
     pipe.close()
     return pipe

@@ -19,64 +19,38 @@ from histories import History, NodePlan, PodPlan, pod_uid
 from hypothesis import example, given
 from hypothesis import strategies as st
 from pipeline_model import (
-    FLEET,
-    NODES,
     ORDERS,
-    PODS,
     SAMPLES,
     TICKS,
-    USAGE,
-    WORKLOADS,
     Pipeline,
+    run_live,
 )
 from test_backlog_properties import BOUNDED, IDLE_AFTER_MS, RULES, T0, WINDOWS, histories, run
-
-EVERYTHING = [
-    ("node", TICKS),
-    ("pod", TICKS),
-    ("node", SAMPLES),
-    ("node", NODES),
-    ("pod", PODS),
-    ("pod", USAGE),
-    ("pod", WORKLOADS),
-    ("pod", FLEET),
-]
 
 
 def crashed(
     history: History, order: str, *, partitions: int, at: float, seed: int, every: int
 ) -> Pipeline:
     """The history read in `order` with a torn crash `at` a fraction of the way."""
-    pipe = Pipeline(
-        partitions=partitions,
-        rules=RULES,
-        windows=WINDOWS,
-        idle_after_ms=IDLE_AFTER_MS,
-        state_every=every,
-    )
+    kw: dict[str, Any] = {"rules": RULES, "windows": WINDOWS, "idle_after_ms": IDLE_AFTER_MS}
     tear = random.Random(seed)
     inputs = history.inputs()
     if order == "live":
         cut = int(len(inputs) * at)
-        for n, message in enumerate(inputs):
-            pipe.produce([message])
-            while pipe.step(EVERYTHING) is not None:
-                pass
-            if n % 3 == 0:
+        return run_live(
+            inputs, crash_at=cut, tear=tear, partitions=partitions, state_every=every, **kw
+        )
+    pipe = Pipeline(partitions=partitions, state_every=every, **kw)
+    pipe.produce(inputs)
+    batches = sum(len(p) for p in pipe.logs[SAMPLES]) // pipe.batch + 2
+    cut, n = max(1, int(batches * at)), 0
+    while (topic := pipe.step(ORDERS[order])) is not None:
+        if topic != TICKS:
+            n += 1
+            if n % 5 == 0:
                 pipe.tick()
             if n == cut:
                 pipe.restart(tear)
-    else:
-        pipe.produce(inputs)
-        batches = sum(len(p) for p in pipe.logs[SAMPLES]) // pipe.batch + 2
-        cut, n = max(1, int(batches * at)), 0
-        while (topic := pipe.step(ORDERS[order])) is not None:
-            if topic != TICKS:
-                n += 1
-                if n % 5 == 0:
-                    pipe.tick()
-                if n == cut:
-                    pipe.restart(tear)
     pipe.settle()
     pipe.close()
     return pipe

@@ -20,7 +20,6 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from pipeline_model import Pipeline, run_backlog, run_live
 from test_backlog_properties import BOUNDED, IDLE_AFTER_MS, RULES, WINDOWS, histories
-from test_restart_properties import EVERYTHING
 
 from schemas import ALERTS, K8S_WORKLOADS, WORKLOAD_LIFECYCLE, K8sWorkload
 from streams.core import workload_step
@@ -156,18 +155,8 @@ def test_every_order_and_a_crash_give_the_workload_records_worked_out_alone(
     event(f"{len(want['workload.lifecycle'])} transitions, {len(want['alerts'])} alerts")
     for order in ("pod events first", "samples first"):
         assert _records(run_backlog(inputs, order, partitions=partitions, **KW)) == want, order
-    crashed = Pipeline(partitions=partitions, state_every=4, **KW)
     tear, cut = random.Random(seed), random.Random(seed).randrange(len(inputs))
-    for n, message in enumerate(inputs):
-        crashed.produce([message])
-        while crashed.step(EVERYTHING) is not None:
-            pass
-        if n % 3 == 0:
-            crashed.tick()
-        if n == cut:
-            crashed.restart(tear)
-    crashed.settle()
-    crashed.close()
+    crashed = run_live(inputs, crash_at=cut, tear=tear, partitions=partitions, state_every=4, **KW)
     assert _records(crashed) == want
     # Every pod partition ends at the same watermark: the ticks' lowest usage frontier.
     ends = {p.applied for p in live.pod.partitions.values()}
