@@ -135,8 +135,9 @@ def apply(
     now = standing(value)
     named = _named(state, value)
     if state is None:
-        first = msgspec.structs.replace(named, since=value.created_at)
-        first = msgspec.structs.replace(first, queued_since=value.created_at)
+        first = msgspec.structs.replace(
+            named, since=value.created_at, queued_since=value.created_at
+        )
         waiting = now if now.state == "queued" else WorkloadStanding("queued", None, None)
         state = _enter(first, None, value.created_at, waiting, out)
         if now.state != "queued":
