@@ -34,11 +34,19 @@ class K8sNode(Value, frozen=True, kw_only=True, omit_defaults=True):
     ts: EpochMs
     gpu_capacity: Annotated[
         Mapping[str, Count],
-        msgspec.Meta(description="status.capacity of GPU resources: resource -> count"),
+        msgspec.Meta(
+            description="status.capacity of GPU resources: resource -> count; plus the "
+            "devices of the GPU DRA drivers' ResourceSlices on the node, as "
+            "<driver>/gpu or <driver>/mig-<profile> (e.g. gpu.nvidia.com/gpu)"
+        ),
     ]
     gpu_allocatable: Annotated[
         Mapping[str, Count],
-        msgspec.Meta(description="status.allocatable of GPU resources: resource -> count"),
+        msgspec.Meta(
+            description="status.allocatable of GPU resources: resource -> count; plus the "
+            "devices of the GPU DRA drivers' ResourceSlices on the node, as "
+            "<driver>/gpu or <driver>/mig-<profile> (e.g. gpu.nvidia.com/gpu)"
+        ),
     ]
     gpu_product: Annotated[
         str | None,

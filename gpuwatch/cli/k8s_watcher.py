@@ -1,4 +1,5 @@
-"""`gpuwatch k8s-watcher`: the Kubernetes producer, pods, nodes and Kueue workloads to Kafka."""
+"""`gpuwatch k8s-watcher`: the Kubernetes producer, pods, nodes (with their DRA GPUs) and
+Kueue workloads to Kafka."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ DESCRIPTION = (
     "(--cluster, GPUWATCH_CLUSTER). Pods: those that request a GPU "
     "resource in any container or init container, those that use ResourceClaims "
     "(GPUWATCH_WATCH_CLAIM_PODS), plus the pods named in GPUWATCH_WATCH_EXTRA_PODS; "
-    "nodes: those with GPU capacity. Where the cluster serves Kueue, its Workloads go "
+    "nodes: those with GPU capacity, counting the devices that the GPU DRA drivers "
+    "(GPUWATCH_WATCH_DRA_DRIVERS, default gpu.nvidia.com) publish in the node's "
+    "ResourceSlices as <driver>/gpu or <driver>/mig-<profile>; a node is published "
+    "again when they change. Where the cluster serves Kueue, its Workloads go "
     "to k8s.workloads as gpuwatch.k8s.workload/v1 (key: workload uid; "
     "GPUWATCH_WATCH_WORKLOADS); without Kueue that is said once. A watch resumes from "
     "its last resourceVersion; after 410 Gone it relists and publishes the difference "

@@ -223,8 +223,15 @@ def node_after_sample(
     whose idle alert fires (uuid, since, holders). None when unchanged."""
     allocated: dict[str, int] = {}
     resource_of: dict[str, str] = {}
+    claimed: set[tuple[str, str]] = set()  # a claim's device, whichever pods share it
     for a in sample.allocations:
-        allocated[a.resource] = allocated.get(a.resource, 0) + len(a.device_ids)
+        if a.claim is None:  # a device plugin's: each id is a device (a replica) of its own
+            count = len(a.device_ids)
+        else:  # one claim shared by several pods is one allocation of its devices
+            fresh = {(a.claim, uuid) for uuid in a.device_ids} - claimed
+            claimed |= fresh
+            count = len(fresh)
+        allocated[a.resource] = allocated.get(a.resource, 0) + count
         for uuid in a.device_ids:
             resource_of[uuid] = a.resource
     idle_gpus = tuple(

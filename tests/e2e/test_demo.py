@@ -309,6 +309,11 @@ def test_a_kueue_queued_job_on_dra_gpus_as_worked_out_by_hand(
     rows = {line.split()[0]: line for line in top.splitlines() if "/" in line.split(" ", 1)[0]}
     assert rows["serving/chat-dra-0"].split()[1:3] == ["platform", "running"], top
     assert shared[:12] in rows["serving/chat-dra-1"], top
+    # The DRA nodes' GPUs come from their ResourceSlices: 8, of which only chat-dra's shared
+    # device (counted once) is held at the end; h100-0 lends 1 of its 4.
+    (capacity,) = [line for line in top.splitlines() if line.startswith("capacity:")]
+    assert "gpu.nvidia.com/gpu free 7" in capacity, top
+    assert capacity.endswith("NVIDIA H100 80GB HBM3 free 3"), top
 
     # One history: the job's 20 minutes in Kueue's queue, then its pod's life.
     now = time.time()

@@ -84,8 +84,12 @@ RESOURCES: Mapping[str, ResourceType] = {
     "resourceclaims": ResourceType(
         "ResourceClaim", "resource.k8s.io/v1", "/apis/resource.k8s.io/v1", namespaced=True
     ),
+    "resourceslices": ResourceType(
+        "ResourceSlice", "resource.k8s.io/v1", "/apis/resource.k8s.io/v1", namespaced=False
+    ),
 }
 KUEUE_GROUP_PATH = "/apis/kueue.x-k8s.io"
+DRA_GROUP_PATH = "/apis/resource.k8s.io"
 
 _ROUTE = re.compile(
     r"^(?P<prefix>/api/v1|/apis/apps/v1|/apis/batch/v1|/apis/kueue\.x-k8s\.io/v1beta2"
@@ -97,18 +101,15 @@ REQUESTS_KEPT = 10_000  # the request log of a long simulation stays bounded
 SNAPSHOTS_KEPT = 100  # unfinished paginated lists; older continue tokens expire (410)
 
 
-def _kueue_group() -> Obj:
-    """The APIGroup discovery document of kueue.x-k8s.io, as a server with Kueue's CRDs
-    installed answers it."""
-    versions = [
-        {"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in ("v1beta2", "v1beta1")
-    ]
+def _api_group(name: str, versions: tuple[str, ...]) -> Obj:
+    """The APIGroup discovery document of `name`, its first version preferred."""
+    served = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
     return {
         "kind": "APIGroup",
         "apiVersion": "v1",
-        "name": "kueue.x-k8s.io",
-        "versions": versions,
-        "preferredVersion": versions[0],
+        "name": name,
+        "versions": served,
+        "preferredVersion": served[0],
     }
 
 
@@ -174,10 +175,13 @@ class FakeApiServer:
         expired_as_status: bool = False,
         clock: Callable[[], float] = time.time,
         kueue: bool = True,
+        dra: bool = True,
     ) -> None:
         self.bookmark_interval_s = bookmark_interval_s
         self.kueue = kueue
         """Whether Kueue's API group is served (its CRDs installed)."""
+        self.dra = dra
+        """Whether `resource.k8s.io` is served (Kubernetes 1.34 and later: DRA is GA)."""
         self.history_limit = history_limit
         self.expired_as_status = expired_as_status
         self.requests: deque[RequestRecord] = deque(maxlen=REQUESTS_KEPT)
@@ -382,9 +386,13 @@ class FakeApiServer:
             self.requests.append(RequestRecord(url.path, params))
             failure = self._take_failure(resource)
         if url.path.rstrip("/") == KUEUE_GROUP_PATH and self.kueue:
-            return send_json(request, 200, _kueue_group())
+            return send_json(request, 200, _api_group("kueue.x-k8s.io", ("v1beta2", "v1beta1")))
+        if url.path.rstrip("/") == DRA_GROUP_PATH and self.dra:
+            return send_json(request, 200, _api_group("resource.k8s.io", ("v1",)))
         kind = RESOURCES.get(resource or "")
-        if resource == "workloads" and not self.kueue:
+        if (resource == "workloads" and not self.kueue) or (
+            kind is not None and kind.prefix.startswith(DRA_GROUP_PATH) and not self.dra
+        ):
             kind = None
         if route is None or kind is None or kind.prefix != route["prefix"]:
             return send_status(request, 404, "NotFound", f"the server could not find {url.path}")

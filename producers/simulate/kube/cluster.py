@@ -29,7 +29,7 @@ from producers.simulate.cluster import (
 from producers.simulate.kube import kueue
 from producers.simulate.kube import manifests as m
 from producers.simulate.kube.apiserver import rfc3339
-from producers.simulate.topology import GPU_RESOURCE, NodeLayout
+from producers.simulate.topology import GPU_RESOURCE, NodeLayout, resource_slice
 
 __all__ = ["POOL_LABEL", "ApiWriter", "KubeMirror", "node_object", "pod_object"]
 
@@ -205,9 +205,13 @@ class KubeMirror:
         return self._uids.get(uid, uid)
 
     def create_nodes(self, nodes: Iterable[NodeLayout]) -> None:
-        """Every node, Ready since `NODE_AGE_S` before the epoch."""
+        """Every node, Ready since `NODE_AGE_S` before the epoch, and the ResourceSlice
+        the DRA driver publishes for each DRA node (its GPUs: the watcher counts them into
+        the node's capacity)."""
         for node in nodes:
             self.api.create("nodes", node_object(node, self.epoch - NODE_AGE_S))
+            if node.dra:
+                self.api.create("resourceslices", resource_slice(node))
 
     def apply(self, change: Change) -> None:
         """One pod or Kueue workload change as the API update that shows it; process

@@ -45,7 +45,8 @@ SIMULATOR_LABELS: Mapping[str, str] = {MANAGED_BY: "gpuwatch-simulate"}
 """The labels of every object the simulator writes to a real server: how a later run
 tells its own leftovers from anything else there."""
 OWNED = (
-    "pods", "workloads", "resourceclaims", "resourceclaimtemplates", "replicasets", "jobs", "nodes"
+    "pods", "workloads", "resourceclaims", "resourceclaimtemplates", "replicasets", "jobs",
+    "resourceslices", "nodes",
 )  # fmt: skip
 """What a writer with labels removes of an earlier run's (pods before their owners)."""
 

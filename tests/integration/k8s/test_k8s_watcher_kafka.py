@@ -159,8 +159,9 @@ def test_the_command_watches_until_sigterm_and_reports(
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert "k8s watcher started" in stderr
-    # 1 pod + its change; a list of nodes, of pods/ml and of workloads/ml (Kueue served)
-    assert watcher_command.stopped(stderr) == ("2", "3", "2")
+    # 1 pod + its change; a list of nodes, of pods/ml, of workloads/ml (Kueue served) and
+    # of resourceslices (resource.k8s.io served)
+    assert watcher_command.stopped(stderr) == ("2", "4", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
     values = [K8S_PODS.decode(r.value) for r in records]
     assert [(v.type, v.name, v.phase) for v in values] == [
@@ -172,4 +173,5 @@ def test_the_command_watches_until_sigterm_and_reports(
         "/api/v1/namespaces/ml/pods",
         "/api/v1/nodes",
         "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/workloads",
+        "/apis/resource.k8s.io/v1/resourceslices",
     }

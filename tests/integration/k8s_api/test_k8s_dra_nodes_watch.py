@@ -5,6 +5,7 @@ account (deploy/rbac/k8s-watcher.yaml: list and watch on resourceslices)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import dra
 from support.apiservers import LiveApiServer
 from support.kube import RBAC
 
@@ -67,20 +69,7 @@ def device(minor: int, profile: str | None = None) -> dict[str, Any]:
     }
 
 
-def resource_slice(
-    name: str, devices: list[dict[str, Any]], *, generation: int = 1, driver: str = DRIVER
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": NODE,
-            "pool": {"name": NODE, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+resource_slice = functools.partial(dra.resource_slice, node=NODE)
 
 
 def dra_node() -> dict[str, Any]:
@@ -192,7 +181,7 @@ def test_without_resource_slices_served_it_is_said_once_and_looked_for_again(
     caplog: pytest.LogCaptureFixture, wait: Any
 ) -> None:
     caplog.set_level(logging.INFO, logger="producers.k8s.watcher")
-    with FakeApiServer(bookmark_interval_s=0.1) as server:  # serves no resource.k8s.io group
+    with FakeApiServer(bookmark_interval_s=0.1, dra=False) as server:  # no resource.k8s.io
         server.create("nodes", m.gpu_node("h100-0", created=time.time()))
         nodes = Nodes()
         api = KubernetesApi.for_host(server.url)

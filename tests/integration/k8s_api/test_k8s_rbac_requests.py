@@ -20,6 +20,7 @@ def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
         "/apis/apps/v1": "apps",
         "/apis/batch/v1": "batch",
         "/apis/kueue.x-k8s.io/v1beta2": "kueue.x-k8s.io",
+        "/apis/resource.k8s.io/v1": "resource.k8s.io",
     }
     with FakeApiServer(bookmark_interval_s=0.1) as server:
         server.create(
@@ -36,14 +37,14 @@ def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
         )
         watcher.start()
         try:
-            wait(lambda: watcher.synced and server.open_watches() == 3, "the watches")
+            wait(lambda: watcher.synced and server.open_watches() == 4, "the watches")
         finally:
             watcher.stop()
             api.close()
     used = set()
     # Discovery (/apis/kueue.x-k8s.io: is Kueue there? /apis/resource.k8s.io: DRA?) is
-    # every user's (system:discovery). The test server serves no ResourceSlices: their
-    # list and watch are checked against the real authorizer (test_k8s_dra_capacity.py).
+    # every user's (system:discovery). ResourceSlices are checked against the real
+    # authorizer too (test_k8s_dra_capacity.py).
     discovery = {"/apis/kueue.x-k8s.io", "/apis/resource.k8s.io"}
     for request in [r for r in server.requests if r.path not in discovery]:
         prefix = next(p for p in groups if request.path.startswith(p + "/"))
@@ -61,5 +62,7 @@ def test_every_request_the_watcher_makes_is_granted(wait: Any) -> None:
         ("batch", "jobs", "get"),
         ("kueue.x-k8s.io", "workloads", "list"),
         ("kueue.x-k8s.io", "workloads", "watch"),
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
     }
     assert used <= granted()

@@ -5,6 +5,7 @@ agent's RBAC (deploy/rbac/node-agent.yaml) enforced by the real authorizer."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import dra
 from support.apiservers import LiveApiServer
 
 from producers.k8s.api import ApiError
@@ -54,25 +56,7 @@ def mig() -> dict[str, Any]:
     }
 
 
-def resource_slice(
-    name: str,
-    devices: list[dict[str, Any]],
-    *,
-    node: str = NODE,
-    generation: int = 1,
-    driver: str = DRIVER,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+resource_slice = functools.partial(dra.resource_slice, node=NODE)
 
 
 @pytest.fixture

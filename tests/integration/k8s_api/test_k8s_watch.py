@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support.apiservers import LiveApiServer
 from support.kube import controlled
 
 from producers.k8s.client import KubernetesApi
@@ -397,9 +396,8 @@ def test_stop_interrupts_a_blocked_watch_at_once(
     start: Start, wait: Any, apiserver: FakeApiServer
 ) -> None:
     watcher = start(watch_timeout_s=300)
-    # Nodes and pods; and ResourceSlices where the server serves them (the real one).
-    watches = 3 if isinstance(apiserver, LiveApiServer) else 2
-    wait(lambda: apiserver.open_watches() == watches, "every watch")
+    # Nodes, pods and ResourceSlices (both servers serve resource.k8s.io).
+    wait(lambda: apiserver.open_watches() == 3, "every watch")
     began = time.monotonic()
     watcher.stop()
     assert time.monotonic() - began < 2

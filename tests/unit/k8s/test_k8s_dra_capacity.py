@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from support import dra
 
 from producers.k8s.dra import (
     DraInventory,
@@ -56,28 +57,11 @@ def mig_v1beta1(name: str, profile: str, parent: int) -> dict[str, Any]:
 
 
 def resource_slice(
-    name: str,
-    devices: list[dict[str, Any]],
-    *,
-    node: str | None = "dra-0",
-    pool: str = "dra-0",
-    generation: int = 1,
-    driver: str = DRIVER,
-    version: str = "v1",
+    name: str, devices: list[dict[str, Any]], *, node: str | None = "dra-0", **kw: Any
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "driver": driver,
-        "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
-        "devices": devices,
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": f"resource.k8s.io/{version}",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name, "resourceVersion": "7"},
-        "spec": spec,
-    }
+    """A slice of dra-0's pool unless told, as listed (with a resourceVersion)."""
+    kw.setdefault("pool", "dra-0")
+    return dra.resource_slice(name, devices, node=node, resource_version="7", **kw)
 
 
 def decoded(*objects: dict[str, Any]) -> list[Any]:

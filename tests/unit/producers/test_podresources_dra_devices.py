@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from support import dra
 
 from producers.agent.assemble import SharingConfig, sharing_mode
 from producers.agent.readings import DeviceAllocation, DeviceReading
@@ -60,19 +61,9 @@ def mig_device() -> dict[str, Any]:
 
 
 def resource_slice(
-    devices: list[dict[str, Any]], *, generation: int = 1, driver: str = DRIVER, name: str = "s"
+    devices: list[dict[str, Any]], *, driver: str = DRIVER, name: str = "s", **kw: Any
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{NODE}-{driver}-{name}"},
-        "spec": {
-            "driver": driver,
-            "nodeName": NODE,
-            "pool": {"name": NODE, "generation": generation, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+    return dra.resource_slice(f"{NODE}-{driver}-{name}", devices, node=NODE, driver=driver, **kw)
 
 
 def test_a_slice_names_each_gpu_and_mig_device_by_uuid() -> None:
