@@ -1,5 +1,6 @@
 """The `attribution` topic: one record per pod per closed window (use, idle, cost), keyed by uid."""
 
+from collections.abc import Mapping
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -18,6 +19,7 @@ from .fields import (
     Sharing,
     Usd,
     Value,
+    WorkUnitCounts,
     keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
@@ -80,6 +82,22 @@ class Attribution(Value, frozen=True, kw_only=True, omit_defaults=True):
     waste_usd: Annotated[Usd, msgspec.Meta(description="cost of the idle allocated seconds")]
     method: AttributionMethod
     cluster: Cluster = DEFAULT_CLUSTER
+    work_units: Annotated[
+        WorkUnitCounts,
+        msgspec.Meta(
+            description="units of work the pod reported done in the window, by name (its "
+            "gpuwatch.io/work counters, scraped by the node agent: a scrape's increase "
+            "counts in the window its scrape time falls in); absent for pods that report "
+            "none (added within v1)"
+        ),
+    ] = msgspec.field(default_factory=dict)
+    cost_per_unit: Annotated[
+        Mapping[str, Usd | None],
+        msgspec.Meta(
+            description="cost_usd over work_units, by unit name; null where no unit of "
+            "that name was done in the window (added within v1)"
+        ),
+    ] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

@@ -177,6 +177,8 @@ ATTRIBUTION: Final[dict[str, Any]] = {
     "cost_usd": 0.0658,
     "waste_usd": 0.0033,
     "method": "exclusive",
+    "work_units": {"steps": 600.0},
+    "cost_per_unit": {"steps": 0.000109667},
 }
 
 GPU_WINDOW: Final[dict[str, Any]] = {
@@ -312,6 +314,20 @@ WORKLOAD_LIFECYCLE: Final[dict[str, Any]] = {
     "admitted_ms": 0,
 }
 
+# train-0's steps over one scrape interval: 15 s at 10 steps a second.
+WORK_UNITS: Final[dict[str, Any]] = {
+    "schema": "gpuwatch.work.units/v1",
+    "uid": POD_UID,
+    "namespace": "ml",
+    "pod": "train-0",
+    "node": "gpu-node-17",
+    "ts": 1764412335000,
+    "start": 1764412320000,
+    "units": {"steps": 150.0, "samples": 4800.0},
+    "resets": [],
+    "missing": [],
+}
+
 DEADLETTER: Final[dict[str, Any]] = {
     "schema": "gpuwatch.deadletter/v1",
     "source_topic": "gpuwatch.nvml.samples",
@@ -338,6 +354,7 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
         CAPACITY,
         K8S_WORKLOAD,
         WORKLOAD_LIFECYCLE,
+        WORK_UNITS,
         DEADLETTER,
     )
 }

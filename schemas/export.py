@@ -35,7 +35,9 @@ def json_schema(spec: TopicSpec[Any]) -> dict[str, Any]:
     }
     if defs:
         document["$defs"] = defs
-    return document
+    # As JSON says it: a tuple default (an empty sequence) is a JSON array.
+    loaded: dict[str, Any] = json.loads(json.dumps(document))
+    return loaded
 
 
 def render(spec: TopicSpec[Any]) -> str:

@@ -67,6 +67,18 @@ def keep_default_cluster(value: Any) -> None:
         msgspec.structs.force_setattr(value, "cluster", DEFAULT_CLUSTER)
 
 
+UnitName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="a unit of work as a pod's gpuwatch.io/work annotation names it "
+        "(steps, tokens, requests...)",
+    ),
+]
+WorkUnitCounts = Annotated[
+    Mapping[UnitName, NonNegFloat],
+    msgspec.Meta(description="units of work done, by unit name"),
+]
 Labels = Annotated[
     Mapping[str, str],
     msgspec.Meta(description="allow-listed Kubernetes labels (never every label)"),

@@ -15,6 +15,7 @@ from .fields import (
     Pct,
     Sharing,
     Value,
+    WorkUnitCounts,
     keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
@@ -161,6 +162,14 @@ class Allocation(Value, frozen=True, kw_only=True, omit_defaults=True):
     ] = None
 
 
+class PodWork(Value, frozen=True, kw_only=True):
+    """Units of work a pod's counters say were done, as one scrape of its `/metrics` found
+    them within the sample's interval (the increase since its previous scrape)."""
+
+    pod_uid: PodUid
+    units: WorkUnitCounts
+
+
 class NvmlSample(Value, frozen=True, kw_only=True, omit_defaults=True):
     """All GPUs of one node over `[ts, ts + interval_ms)`, with the kubelet's allocations.
 
@@ -178,6 +187,14 @@ class NvmlSample(Value, frozen=True, kw_only=True, omit_defaults=True):
     gpus: tuple[GpuReading, ...]
     allocations: tuple[Allocation, ...]
     cluster: Cluster = DEFAULT_CLUSTER
+    work: Annotated[
+        tuple[PodWork, ...],
+        msgspec.Meta(
+            description="units of work of the node's opted-in pods (gpuwatch.io/work) whose "
+            "scrape ended within the interval; the same increases as on work.units, here "
+            "so the worker counts them in the window of this sample (added within v1)"
+        ),
+    ] = msgspec.field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

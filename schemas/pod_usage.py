@@ -22,6 +22,7 @@ from .fields import (
     Sharing,
     Usd,
     Value,
+    WorkUnitCounts,
     keep_default_cluster,
 )
 from .ids import GpuUuid, NodeName, PodUid
@@ -81,6 +82,13 @@ class PodUsage(Value, frozen=True, kw_only=True, omit_defaults=True):
     ]
     samples: Annotated[Count, msgspec.Meta(description="node samples aggregated")]
     cluster: Cluster = DEFAULT_CLUSTER
+    units: Annotated[
+        WorkUnitCounts,
+        msgspec.Meta(
+            description="units of work the pod's scrapes found done over [ts, end_ts) "
+            "(nvml.samples work); absent when none"
+        ),
+    ] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

@@ -386,6 +386,17 @@ class AgentSettings(BaseModel):
     ResourceSlices (read from the API server, as `watcher.kubeconfig` or the pod's
     service account allows, only once such a device is allocated). Empty: off."""
 
+    work_interval_s: float = Field(default=15.0, ge=1, le=3600)
+    """Seconds between scrapes of the units of work of the node's opted-in pods (the
+    `gpuwatch.io/work` annotation)."""
+    work_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """How long one scrape of a pod's metrics may take; past it the scrape fails (counted,
+    tried again next interval)."""
+    work_max_bytes: int = Field(default=4 << 20, ge=1 << 10)
+    """Largest exposition read from one pod; a longer one is dropped (counted)."""
+    work_max_series: int = Field(default=20_000, ge=1)
+    """Most samples parsed from one pod's exposition; past it the scrape is dropped."""
+
     _lists = field_validator(
         "gpu_resources", "gpu_resource_prefixes", "dra_drivers", mode="before"
     )(_comma_list)
@@ -542,6 +553,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_GPU_RESOURCES": ("agent", "gpu_resources"),
     "GPUWATCH_GPU_RESOURCE_PREFIXES": ("agent", "gpu_resource_prefixes"),
     "GPUWATCH_DRA_DRIVERS": ("agent", "dra_drivers"),
+    "GPUWATCH_WORK_INTERVAL_S": ("agent", "work_interval_s"),
+    "GPUWATCH_WORK_TIMEOUT_S": ("agent", "work_timeout_s"),
+    "GPUWATCH_WORK_MAX_BYTES": ("agent", "work_max_bytes"),
+    "GPUWATCH_WORK_MAX_SERIES": ("agent", "work_max_series"),
     "GPUWATCH_KUBECONFIG": ("watcher", "kubeconfig"),
     "GPUWATCH_KUBE_CONTEXT": ("watcher", "context"),
     "GPUWATCH_WATCH_NAMESPACES": ("watcher", "namespaces"),

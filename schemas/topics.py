@@ -14,6 +14,7 @@ from . import (
     nvml_sample,
     pod_lifecycle,
     pod_usage,
+    work_units,
     workload_lifecycle,
 )
 from .codec import TopicSpec
@@ -35,6 +36,7 @@ __all__ = [
     "POD_USAGE",
     "SINK_TOPICS",
     "WORKLOAD_LIFECYCLE",
+    "WORK_UNITS",
     "by_name",
 ]
 
@@ -51,6 +53,7 @@ GPU_WINDOWS: Final = gpu_window.TOPIC
 ALERTS: Final = alert.TOPIC
 CAPACITY: Final = capacity.TOPIC
 WORKLOAD_LIFECYCLE: Final = workload_lifecycle.TOPIC
+WORK_UNITS: Final = work_units.TOPIC
 DEADLETTER: Final = deadletter.TOPIC
 
 ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
@@ -65,10 +68,11 @@ ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     CAPACITY,
     K8S_WORKLOADS,
     WORKLOAD_LIFECYCLE,
+    WORK_UNITS,
     DEADLETTER,
 )
-"""All topics, in the order of DESIGN.md section 3 (`capacity`, `k8s.workloads` and
-`workload.lifecycle` added before `deadletter`)."""
+"""All topics, in the order of DESIGN.md section 3 (`capacity`, `k8s.workloads`,
+`workload.lifecycle` and `work.units` added before `deadletter`)."""
 
 POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(
     spec for spec in ALL_TOPICS if spec.key == "pod_uid"

@@ -27,6 +27,7 @@ def test_every_input_and_derived_value_has_the_field() -> None:
         "capacity",
         "k8s.workloads",
         "workload.lifecycle",
+        "work.units",
     }
 
 

@@ -78,6 +78,12 @@ def test_every_value_requires_its_schema_name_and_an_integer_ts(spec: TopicSpec[
 
 
 HEALTH = {"throttle_reasons", "remapped_rows", "retired_pages_pending", "pcie_replays"}
+WORK = {
+    "work": "gpuwatch.nvml.sample/v1",
+    "units": "gpuwatch.pod.usage/v1",
+    "work_units": "gpuwatch.attribution/v1",
+    "cost_per_unit": "gpuwatch.attribution/v1",
+}
 
 
 @pytest.mark.parametrize("spec", ALL_TOPICS, ids=lambda s: s.name)
@@ -87,11 +93,16 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         assert obj["description"].strip(), obj["title"]
         # Present-but-null is how "unknown" is said; the optional fields are those added
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
-        # readings, a pod's GPU models and an allocation's claim, whose absence means null.
+        # readings, a pod's GPU models and an allocation's claim, whose absence means null,
+        # and the units of work, whose absence means none.
         optional = set(obj["properties"]) - set(obj["required"])
         assert optional <= {
-            "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH
+            "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH,
+            *WORK,
         }, obj["title"]  # fmt: skip
+        for name in optional & set(WORK):
+            assert obj["title"] == WORK[name], name
+            assert obj["properties"][name]["default"] in ({}, []), name
         if "claim" in optional:
             assert obj["title"] == "Allocation"
             assert obj["properties"]["claim"]["default"] is None

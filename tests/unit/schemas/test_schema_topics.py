@@ -41,6 +41,7 @@ DESIGN_TOPICS = [
     ("capacity", "cluster/product/resource", "gpuwatch.capacity/v1"),
     ("k8s.workloads", "workload_uid", "gpuwatch.k8s.workload/v1"),  # added: Kueue
     ("workload.lifecycle", "workload_uid", "gpuwatch.workload.lifecycle/v1"),  # added: Kueue
+    ("work.units", "pod_uid", "gpuwatch.work.units/v1"),  # added: units of work
     ("deadletter", "source_topic", "gpuwatch.deadletter/v1"),
 ]
 
@@ -60,7 +61,9 @@ def test_all_topics_are_the_design_table_in_order() -> None:
 
 
 def test_pod_keyed_topics_are_exactly_those_keyed_by_pod_uid() -> None:
-    assert [s.name for s in POD_KEYED] == ["k8s.pods", "pod.usage", "pod.lifecycle", "attribution"]
+    assert [s.name for s in POD_KEYED] == [
+        "k8s.pods", "pod.usage", "pod.lifecycle", "attribution", "work.units"
+    ]  # fmt: skip
 
 
 def test_only_pod_usage_is_internal() -> None:
