@@ -27,6 +27,7 @@ MEM_TOTAL = 85_520_809_984  # an H100 80GB as NVML reports it
 GIB = 2**30
 BUSY_PCT = 80.0
 IDLE_PCT = 0.0
+SCRAPE_MS = 5_000  # how often a pod that reports units of work has them scraped
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,20 @@ class PodPlan:
     """Spans in which its GPU is missing from the node's samples."""
     deleted_after_ms: int | None = 1_000
     """A DELETED this long after a Succeeded/Failed finish; None: none."""
+    steps_per_s: float | None = None
+    """Units of work a second it reports while running (scraped every `SCRAPE_MS` from
+    its start); None: it reports none."""
+    unit: str = "steps"
+    """The name of its units of work."""
+
+    def scrapes(self) -> Iterator[tuple[int, float]]:
+        """(ms after t0, steps since the previous scrape) of each scrape while running."""
+        if self.steps_per_s is None:
+            return
+        t = self.start_ms + SCRAPE_MS
+        while t < self.end_ms:
+            yield t, self.steps_per_s * SCRAPE_MS / S
+            t += SCRAPE_MS
 
 
 @dataclass(frozen=True)
@@ -179,17 +194,30 @@ class History:
                             "processes": procs,
                         }
                     )
-                out.append(
-                    {
-                        "schema": "gpuwatch.nvml.sample/v1",
-                        "node": node.name,
-                        "ts": self.t0 + t,
-                        "interval_ms": node.interval_ms,
-                        "seq": seq,
-                        "gpus": gpus,
-                        "allocations": allocations,
-                    }
-                )
+                sample: dict[str, Any] = {
+                    "schema": "gpuwatch.nvml.sample/v1",
+                    "node": node.name,
+                    "ts": self.t0 + t,
+                    "interval_ms": node.interval_ms,
+                    "seq": seq,
+                    "gpus": gpus,
+                    "allocations": allocations,
+                }
+                work = self._work(node, t)
+                if work:
+                    sample["work"] = work
+                out.append(sample)
+        return out
+
+    def _work(self, node: NodePlan, t: int) -> list[dict[str, Any]]:
+        """The units of work of the node's pods scraped within the sample at `t`."""
+        out = []
+        for pod in self.pods:
+            if pod.node != node.name:
+                continue
+            done = sum(n for at, n in pod.scrapes() if t <= at < t + node.interval_ms)
+            if done:
+                out.append({"pod_uid": pod.uid, "units": {pod.unit: done}})
         return out
 
     def pod_events(self) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ for a closed window is late: counted by the caller, never re-emitted.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -67,7 +67,15 @@ def _accumulated(window: OpenWindow, usage: PodUsage, fraction: float) -> OpenWi
     by_uuid = {gpu.uuid: gpu for gpu in window.gpus}
     for gpu in usage.gpus:
         by_uuid[gpu.uuid] = _added(by_uuid.get(gpu.uuid), gpu, fraction)
-    return OpenWindow(start=window.start, gpus=tuple(by_uuid[k] for k in sorted(by_uuid)))
+    units = window.units
+    if usage.units:
+        done = dict(units)
+        for name, count in usage.units.items():
+            done[name] = done.get(name, 0.0) + count * fraction
+        units = tuple(sorted(done.items()))
+    return OpenWindow(
+        start=window.start, gpus=tuple(by_uuid[k] for k in sorted(by_uuid)), units=units
+    )
 
 
 def add_usage(
@@ -142,7 +150,17 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
         cost_usd=sum(g.cost_usd for g in gpus),
         waste_usd=sum(g.waste_usd for g in gpus),
         method=least_precise([g.method for g in gpus]),
+        **_per_unit(window, sum(g.cost_usd for g in gpus)),
     )
+
+
+def _per_unit(window: OpenWindow, cost: float) -> dict[str, dict[str, Any]]:
+    """`work_units` and `cost_per_unit` of a window (neither when the pod reported none)."""
+    if not window.units:
+        return {}
+    units = dict(window.units)
+    per_unit = {name: (cost / count if count > 0 else None) for name, count in units.items()}
+    return {"work_units": units, "cost_per_unit": per_unit}
 
 
 def finish_closes_at(state: PodState, windows: WindowSettings) -> int:

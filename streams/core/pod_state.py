@@ -65,11 +65,13 @@ class GpuTotals(_State, PodGpuIntegrals, frozen=True, kw_only=True):  # type: ig
     method: AttributionMethod
 
 
-class OpenWindow(_State, frozen=True, kw_only=True):
+class OpenWindow(_State, frozen=True, kw_only=True, omit_defaults=True):
     """A window `[start, start + window_s)` that has usage and has not been emitted yet."""
 
     start: int
     gpus: tuple[GpuTotals, ...] = ()
+    units: tuple[tuple[str, float], ...] = ()
+    """Units of work done in the window (`pod.usage` units), by name, in name order."""
 
 
 class Held(_State, frozen=True, kw_only=True):

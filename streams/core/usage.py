@@ -21,14 +21,14 @@ pod's samples stay contiguous. A sample that starts before the pod's last one en
 usage already counted (a redelivery after a restart) and is dropped (`overlapping`).
 """
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Final
 
 import msgspec
 
 from schemas.fields import DEFAULT_CLUSTER, AttributionMethod, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
-from schemas.nvml_sample import GpuReading
+from schemas.nvml_sample import GpuReading, PodWork
 from schemas.pod_usage import GpuUsage, PodUsage
 from streams.core.integrals import (
     PRECISION,
@@ -103,7 +103,7 @@ class GpuUsageAcc(PodGpuIntegrals, kw_only=True, gc=False):
         )
 
 
-class PendingUsage(msgspec.Struct, gc=False):
+class PendingUsage(msgspec.Struct, gc=False, omit_defaults=True):
     """A pod's message in the making: `[ts, end_ts)` inside one window, due at `due`."""
 
     ts: int
@@ -112,6 +112,8 @@ class PendingUsage(msgspec.Struct, gc=False):
     due: int
     samples: int = 0
     gpus: dict[GpuUuid, GpuUsageAcc] = msgspec.field(default_factory=dict)
+    units: dict[str, float] | None = None
+    """Units of work the samples so far brought (their `work`), by name."""
 
 
 class PodTrack(msgspec.Struct, gc=False):
@@ -149,18 +151,31 @@ class UsageAggregator:
         """Pod-samples dropped because they overlap usage already counted."""
         self.late = 0
         """Samples of pods whose usage was cut at the frontier (`add(late_until=...)`)."""
+        self.units_dropped = 0
+        """Pods' units of work left out: the pod had no usage in the sample, or the part
+        of the sample they belong to was late."""
         self._due: dict[int, list[PodUid]] = {}
         self._sweep_at = 0  # stream time of the next look for silent pods
         for uid, track in self.store.items():
             if track.pending is not None:
                 self._due.setdefault(track.pending.due, []).append(uid)
 
-    def add(self, sample: SampleIntegrals, late_until: int | None = None) -> list[PodUsage]:
+    def add(
+        self,
+        sample: SampleIntegrals,
+        late_until: int | None = None,
+        work: Sequence[PodWork] = (),
+    ) -> list[PodUsage]:
         """Take a node sample's integrals in; return the messages it completed.
 
         Usage before `late_until` (the partition's usage frontier: everything ending there
         has been sent and the pod side may have closed it) is late: that part of the
         sample is left out and the sample counted in `late`.
+
+        `work` is the units of work the sample brought, by pod (`NvmlSample.work`): they
+        go with the pod's usage of the sample's first part (the window of its start), so
+        they count in the window of the scrape. Units of a pod with no usage in the
+        sample, or whose first part is late, are counted in `units_dropped`.
         """
         per_pod: dict[PodUid, list[tuple[GpuReading, PodIntegrals]]] = {}
         for gpu, integrals in sample.gpus:
@@ -176,8 +191,15 @@ class UsageAggregator:
             if late_until is not None and sample.ts < late_until:
                 parts = _after(parts, late_until)
                 self.late += 1
+            done = {w.pod_uid: w.units for w in work if w.units}
+            if done and not (parts and parts[0].start_ms == sample.ts):
+                self.units_dropped += len(done)  # the sample's start is late
+                done = {}
             for uid, items in per_pod.items():
-                self._add_pod(sample, uid, items, parts, out)
+                self._add_pod(sample, uid, items, parts, out, units=done.pop(uid, None))
+            self.units_dropped += len(done)  # pods with no usage in the sample
+        elif work:
+            self.units_dropped += sum(1 for w in work if w.units)
         return out
 
     def flush(self, until_ts: int) -> list[PodUsage]:
@@ -209,6 +231,8 @@ class UsageAggregator:
         items: list[tuple[GpuReading, PodIntegrals]],
         parts: tuple[Part, ...],
         out: list[PodUsage],
+        *,
+        units: Mapping[str, float] | None = None,
     ) -> None:
         ts = sample.ts
         track = self.store.get(uid)
@@ -247,6 +271,13 @@ class UsageAggregator:
                     acc.add_whole(pod)
                 else:
                     acc.add(pod, f)
+            if units:
+                done = pending.units
+                if done is None:
+                    done = pending.units = {}
+                for name, count in units.items():
+                    done[name] = done.get(name, 0.0) + count
+                units = None  # the first part's: the window of the sample's start
             pending.end_ts = part.end_ms
             pending.samples += 1
             track.idle_since = idle_since  # the state at the end of what pending now covers
@@ -274,6 +305,7 @@ class UsageAggregator:
             idle_since=track.idle_since,
             samples=pending.samples,
             cluster=self.cluster,
+            units=pending.units or {},
         )
 
 

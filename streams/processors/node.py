@@ -286,7 +286,7 @@ class NodePartition:
         rules = c.rules.of(sample.cluster)
         integrals = integrate_sample(sample, rules.idle_util_pct, c.prices, view)
         late_before = node.usage.late
-        usage = node.usage.add(integrals, frontier)
+        usage = node.usage.add(integrals, frontier, sample.work)
         if node.windows.add(integrals) or node.usage.late != late_before:
             self.counters.late += 1
         out.emit_all(POD_USAGE, usage)

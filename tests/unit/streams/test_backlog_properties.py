@@ -86,6 +86,7 @@ def histories(draw: Any, intervals: tuple[int, ...] = INTERVALS_MS) -> History:
                 idle=idle,
                 vanished=vanished,
                 deleted_after_ms=draw(st.sampled_from([None, 0, 1_000, 30_000])),
+                steps_per_s=draw(st.sampled_from([None, 10.0, 2.5])),
             )
         )
     relists = tuple(sorted(draw(st.lists(st.integers(1, duration // S), max_size=2))))
@@ -141,7 +142,9 @@ def test_every_order_of_arrival_gives_the_same_records(history: History, partiti
 def test_attribution_adds_up_to_the_samples_of_the_windows_closed(
     history: History, partitions: int
 ) -> None:
-    """Allocated and idle seconds of the closed windows equal the samples' in those windows.
+    """Allocated and idle seconds of the closed windows equal the samples' in those windows,
+    and so do the units of work: a scrape's counts in the window of its sample's start,
+    where the sample lists the pod; each window's cost per unit is its cost over them.
 
     With samples no longer than the allowed lateness, so that nothing is late.
     """
@@ -149,14 +152,27 @@ def test_attribution_adds_up_to_the_samples_of_the_windows_closed(
     records = pipe.records()
     got: dict[str, list[float]] = {}
     closed: dict[str, set[int]] = {}
+    steps: dict[str, float] = {}
     for a in records.get("attribution", []):
         totals = got.setdefault(a["uid"], [0.0, 0.0])
         totals[0] += a["allocated_gpu_seconds"]
         totals[1] += a["idle_gpu_seconds"]
         closed.setdefault(a["uid"], set()).add(a["window_start"])
+        if "work_units" in a:
+            done = a["work_units"]["steps"]
+            steps[a["uid"]] = steps.get(a["uid"], 0.0) + done
+            per_step = a["cost_per_unit"]["steps"]
+            assert per_step == (pytest.approx(a["cost_usd"] / done) if done else None)
     window_ms = WINDOWS.window_s * S
     want: dict[str, list[float]] = {}
+    want_steps: dict[str, float] = {}
     for sample in history.samples():
+        held = {alloc["pod_uid"] for alloc in sample["allocations"]}
+        for work in sample.get("work", ()):
+            start = sample["ts"] - sample["ts"] % window_ms
+            if work["pod_uid"] in held and start in closed.get(work["pod_uid"], set()):
+                uid = work["pod_uid"]
+                want_steps[uid] = want_steps.get(uid, 0.0) + work["units"]["steps"]
         util = {g["uuid"]: g["util_pct"] for g in sample["gpus"]}
         for alloc in sample["allocations"]:
             uid, ts, end = alloc["pod_uid"], sample["ts"], sample["ts"] + sample["interval_ms"]
@@ -171,6 +187,7 @@ def test_attribution_adds_up_to_the_samples_of_the_windows_closed(
                         totals[1] += (stop - cut) / S
                 cut = stop
     assert set(got) == set(want)
+    assert steps == pytest.approx(want_steps, abs=1e-6)
     for uid, (allocated, idle) in want.items():
         assert got[uid][0] == pytest.approx(allocated, abs=1e-6)
         assert got[uid][1] == pytest.approx(idle, abs=1e-6)
