@@ -144,7 +144,19 @@ def parse_pod(uid: str, fields: Mapping[str, str]) -> PodRow | None:
         cost_usd=_float(fields.get("cost_usd")) or 0.0,
         waste_usd=_float(fields.get("waste_usd")) or 0.0,
         cluster=fields.get("cluster") or DEFAULT_CLUSTER,
+        cost_per_unit=_per_unit(_json(fields.get("cost_per_unit"))),
     )
+
+
+def _per_unit(value: object) -> dict[str, float | None]:
+    """The `cost_per_unit` JSON object; what is not a number (or null) is left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(unit): (float(usd) if usd is not None else None)
+        for unit, usd in value.items()
+        if usd is None or (isinstance(usd, int | float) and not isinstance(usd, bool))
+    }
 
 
 def parse_gpu(uuid: str, fields: Mapping[str, str]) -> GpuRow:

@@ -77,6 +77,9 @@ class PodRow:
     cost_usd: float = 0.0
     waste_usd: float = 0.0
     cluster: str = DEFAULT_CLUSTER
+    cost_per_unit: Mapping[str, float | None] = field(default_factory=dict)
+    """Cost of a unit of work by unit name, in the pod's latest window (none: it reports
+    no units)."""
 
     @property
     def name(self) -> str:
@@ -357,6 +360,20 @@ def fmt_usd(usd: float) -> str:
     return f"{usd:.4f}" if abs(usd) < 1 else f"{usd:.2f}"
 
 
+def fmt_per_unit(per_unit: Mapping[str, float | None]) -> str:
+    """Cost per unit of work: `$0.000111/steps`; tokens per thousand (`$0.000741/1k
+    tokens`), as serving is priced; `-` for a pod that reports none."""
+    cells = []
+    for unit, usd in sorted(per_unit.items()):
+        if usd is None:
+            cells.append(f"-/{unit}")
+        elif "token" in unit:
+            cells.append(f"${usd * 1000:.3g}/1k {unit}")
+        else:
+            cells.append(f"${usd:.3g}/{unit}")
+    return " ".join(cells) or _NONE
+
+
 def short_uuid(uuid: str) -> str:
     """`GPU-8f3c2a1e-5b7d-...` as `GPU-8f3c2a1e`, the form alert summaries use."""
     return uuid[:12]
@@ -471,7 +488,12 @@ def _pods_table(
         ]
         for p in view.pods
     ]
-    return _table(*_with_cluster(by_cluster, [*headers, "GPUS"], rows, {4, 5, 6, 7, 8}, view.pods))
+    headers.append("GPUS")
+    if any(p.cost_per_unit for p in view.pods):  # only where some pod reports units of work
+        headers.append("$/UNIT")
+        for row, p in zip(rows, view.pods, strict=True):
+            row.append(fmt_per_unit(p.cost_per_unit))
+    return _table(*_with_cluster(by_cluster, headers, rows, {4, 5, 6, 7, 8}, view.pods))
 
 
 def _gpus_table(
@@ -674,6 +696,7 @@ def render_json(snapshot: Snapshot, query: Query, header: Header, now_ms: int) -
                 "vram_bytes": p.vram_bytes,
                 "cost_usd": p.cost_usd,
                 "waste_usd": p.waste_usd,
+                "cost_per_unit": dict(p.cost_per_unit),
             }
             for p in view.pods
         ],

@@ -67,6 +67,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_pod_gpu_share_ratio": ("gauge", "The pod's compute share of the GPU, 0..1", _POD_GPU),
     "gpuwatch_pod_gpu_memory_bytes": ("gauge", "Peak GPU memory of the pod on the GPU", _POD_GPU),
     "gpuwatch_pod_state": ("gauge", "1 for the pod's current lifecycle state", _POD_STATE),
+    "gpuwatch_pod_cost_per_unit_usd": (
+        "gauge",
+        "Cost of one unit of work the pod reports (gpuwatch.io/work), in its latest window",
+        (*_POD, "unit"),
+    ),
     "gpuwatch_pod_state_seconds": ("gauge", "Seconds in the current state, life total", _POD_STATE),
     "gpuwatch_gpu_utilization_ratio": ("gauge", "Device utilization of the last sample", _GPU),
     "gpuwatch_gpu_allocated": ("gauge", "1 when the kubelet lists the GPU for a pod", _GPU),
@@ -181,6 +186,9 @@ class PodSeries:
     state_ts: int = -1
     state_base_ms: int = 0
     gpus: dict[str, PodGpu] = field(default_factory=dict)
+    per_unit: dict[str, float] = field(default_factory=dict)
+    """Cost per unit of work by unit name, of the window starting at `per_unit_ts`."""
+    per_unit_ts: int = -1
 
     def __post_init__(self) -> None:
         self.text = label_text(_POD, self.labels)
@@ -299,6 +307,8 @@ class Snapshot:
     alerts: Sequence[tuple[Sequence[str], str, float]] = ()
     # the GPUs with a health reading or an Xid counted
     health: Sequence[GpuHealth] = ()
+    # (pod labels, pod label text, unit, USD) per unit of work of a pod's latest window
+    per_unit: Sequence[tuple[Sequence[str], str, str, float]] = ()
     # family name -> rows of the capacity families (sinks/prometheus/capacity.py)
     capacity: Mapping[str, Sequence[Row]] = field(default_factory=dict)
 
@@ -375,6 +385,9 @@ def _render(snap: Snapshot) -> dict[str, RowFamily]:
             if ratio is not None:
                 share.add((*labels, *gpu_labels), f"{text},{gpu_text}", ratio)
             memory.add((*labels, *gpu_labels), f"{text},{gpu_text}", size)
+    per_unit = fam["gpuwatch_pod_cost_per_unit_usd"]
+    for labels, text, unit, usd in snap.per_unit:
+        per_unit.add((*labels, unit), f'{text},unit="{unit}"', usd)
     util, held = fam["gpuwatch_gpu_utilization_ratio"], fam["gpuwatch_gpu_allocated"]
     access, idle = fam["gpuwatch_gpu_unallocated_access"], fam["gpuwatch_gpu_idle_seconds"]
     for labels, text, live, ratio, allocated, leaks, idle_held, idle_free in snap.gpus:

@@ -66,6 +66,7 @@ __all__ = ["Marks", "MetricsServeError", "NodeRef", "PipelineCounts", "WorkerMet
 GPU_STALE_S = 30.0  # GPU gauges hide 30 s after the last sample: the node's telemetry is missing
 STALE_POD_S = 86_400.0  # a pod with no record for a day is forgotten (its finish was lost)
 SWEEP_EVERY_S = 10.0  # full scans for quiet pods and GPUs at most this often, not every scrape
+MAX_UNITS = 16  # units of work shown per pod: an annotation names a handful
 _NOBODY: AbstractSet[str] = frozenset()
 _COUNTERS = ("cost_usd", "waste_usd", "events", "deadletter", "alerts")
 
@@ -193,6 +194,13 @@ class WorkerMetrics:
             if pod is None:
                 return
             pod.touched = now
+            if rec.window_start >= pod.per_unit_ts:
+                pod.per_unit_ts = rec.window_start
+                pod.per_unit = {
+                    clean(unit): usd
+                    for unit, usd in sorted(rec.cost_per_unit.items())[:MAX_UNITS]
+                    if usd is not None
+                }
             for gpu in rec.gpus:
                 seconds = gpu.allocated_gpu_seconds
                 known = gpu.method != "unknown" and seconds > 0
@@ -336,11 +344,16 @@ class WorkerMetrics:
                  g.unallocated_access, g.idle_allocated_s, g.idle_unallocated_s)
                 for g in self._gpus.values()
             ]  # fmt: skip
+            per_unit = [
+                (p.labels, p.text, unit, usd)
+                for p in self._pods.values()
+                for unit, usd in p.per_unit.items()
+            ]
             alerts = self._firing.rows()
             health = [h for g in self._gpus.values() if (h := g.health(g.sampled >= live))]
             return Snapshot(
                 pods=pods, gpus=gpus, counters=counters, alerts=alerts, health=health,
-                capacity=self._capacity.rows(),
+                capacity=self._capacity.rows(), per_unit=per_unit,
             )  # fmt: skip
 
     # Below: called with the lock held.

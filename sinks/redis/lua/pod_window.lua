@@ -2,7 +2,8 @@
 -- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
 -- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
 -- prefixes (pods, namespaces), cluster ('' for the default one; a named cluster's namespaces
--- rank as cluster/namespace). Totals and leaderboards move by the difference to the
+-- rank as cluster/namespace), work_units and cost_per_unit of the window (JSON; '' when
+-- the pod reports no units of work). Totals and leaderboards move by the difference to the
 -- value stored for this window, in nano-USD: a replay moves them by exactly zero.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
@@ -31,6 +32,11 @@ if not cur[1] or tonumber(ws) >= tonumber(cur[1]) then
   for _, v in ipairs({'window_start', ws, 'labels', ARGV[5], 'vram_bytes', ARGV[10],
       'share', ARGV[11], 'gpus', ARGV[12]}) do f[#f + 1] = v end
   if ARGV[4] ~= '' then f[#f + 1] = 'node'; f[#f + 1] = ARGV[4] end
+  if ARGV[19] ~= '' then
+    for _, v in ipairs({'work_units', ARGV[19], 'cost_per_unit', ARGV[20]}) do
+      f[#f + 1] = v
+    end
+  end
 end
 if not cur[2] or we > tonumber(cur[2]) then f[#f + 1] = 'updated_at'; f[#f + 1] = ARGV[7] end
 redis.call('HSET', KEYS[1], unpack(f))

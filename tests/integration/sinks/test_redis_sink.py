@@ -143,6 +143,8 @@ def test_scenario_writes_design_keys_and_values(
         "vram_bytes": "61203283968", "share": "0.86",
         "cost_usd": "0.197400000", "waste_usd": "0.016600000",
         "window_start": str(2 * MIN), "updated_at": "400000",
+        # the example pod reports its steps: units and cost per unit of the latest window
+        "work_units": '{"steps":600.0}', "cost_per_unit": '{"steps":0.000109667}',
     }  # fmt: skip
     assert client.hget(f"{prefix}pod:{POD_UID_2}", "state") == "running"
     assert client.zrange(f"{prefix}state:stalled", 0, -1, withscores=True) == [(POD_UID, 400000.0)]

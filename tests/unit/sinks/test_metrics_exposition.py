@@ -33,13 +33,15 @@ def test_the_fast_exposition_says_what_prometheus_client_says() -> None:
     assert parsed(fast) == parsed(reference)
     names = {name for name, _, _ in parsed(fast)}
     # every family of DESIGN.md section 5, the cap's own, firing alerts, the example's
-    # ECC count (0): its GPU has ECC, and the four capacity families
-    assert len(names) == 23
+    # ECC count (0): its GPU has ECC, the four capacity families and the example pod's cost
+    # per step
+    assert len(names) == 24
+    assert "gpuwatch_pod_cost_per_unit_usd" in names
     assert b'pod="we\\"ird\\\\pod"' in fast
     metrics.observe_sample(sample("n1", T0 + 1000, [gpu("GPU-1", 3.0, **HEALTH)], {}))
     fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
     assert parsed(fast) == parsed(reference)
-    assert len({name for name, _, _ in parsed(fast)}) == 28  # and the GPU health families
+    assert len({name for name, _, _ in parsed(fast)}) == 29  # and the GPU health families
 
 
 def test_values_read_back_through_a_fresh_registry() -> None:

@@ -353,6 +353,7 @@ def test_json_has_the_rows_in_order_with_raw_numbers() -> None:
         "vram_bytes": 57 * GIB,
         "cost_usd": 1.1,
         "waste_usd": 0.4,
+        "cost_per_unit": {},
     }
     assert doc["pods"][1]["labels"] == {}
     assert doc["pods"][1]["team"] is None
@@ -435,3 +436,17 @@ def test_a_gpu_fault_follows_the_pods_it_names_through_a_filter() -> None:
     assert [a.fingerprint for a in view.alerts] == ["fp-xid", "fp-hot"]
     view = select(snapshot, Query(state="queued"))
     assert view.alerts == ()
+
+
+def test_cost_per_unit_is_a_column_only_when_a_pod_reports_units() -> None:
+    assert "$/UNIT" not in render_text(Snapshot(pods=PODS, gpus=GPUS), Query(), HEADER, NOW)
+    training = replace(TRAIN, cost_per_unit={"steps": 0.000111111})
+    serving = replace(NOTEBOOK, cost_per_unit={"tokens": 0.000000740741, "requests": None})
+    text = render_text(Snapshot(pods=(training, serving, EVAL), gpus=GPUS), Query(), HEADER, NOW)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("POD "))
+    assert header.split()[-1] == "$/UNIT"
+    assert next(line for line in lines if "ml/train-0" in line).endswith("$0.000111/steps")
+    row = next(line for line in lines if "notebook-ana-0" in line)
+    assert row.endswith("-/requests $0.000741/1k tokens")
+    assert next(line for line in lines if "ml/eval-3" in line).endswith(" -")
