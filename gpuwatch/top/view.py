@@ -78,8 +78,8 @@ class PodRow:
     waste_usd: float = 0.0
     cluster: str = DEFAULT_CLUSTER
     cost_per_unit: Mapping[str, float | None] = field(default_factory=dict)
-    """Cost of a unit of work by unit name, in the pod's latest window (none: it reports
-    no units)."""
+    """Cost of a unit of work by unit name, over the pod's windows so far (none: it
+    reports no units)."""
 
     @property
     def name(self) -> str:

@@ -269,8 +269,7 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
     args += [str(opts.finished_ttl_s), str(opts.leaderboard_ms)]
     args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
     args += [_named(record.cluster)]
-    units = record.work_units
-    args += [_json(units) if units else "", _json(record.cost_per_unit) if units else ""]
+    args += [_json(record.work_units) if record.work_units else ""]
     keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
     keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
     keys_ += [keys.waste_windows()]

@@ -2,8 +2,10 @@
 -- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
 -- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
 -- prefixes (pods, namespaces), cluster ('' for the default one; a named cluster's namespaces
--- rank as cluster/namespace), work_units and cost_per_unit of the window (JSON; '' when
--- the pod reports no units of work). Totals and leaderboards move by the difference to the
+-- rank as cluster/namespace), work_units of the window (JSON object; '' when the pod
+-- reports no units of work). The pod's units over its windows so far, and the cost of
+-- the windows that had each, are kept by the difference to this window's stored values
+-- too: `work_units` and `cost_per_unit` of the pod are over its life. Totals and leaderboards move by the difference to the
 -- value stored for this window, in nano-USD: a replay moves them by exactly zero.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
@@ -14,6 +16,7 @@ local function usd(n)
   local s = string.format('%010d', math.abs(n))
   return (n < 0 and '-' or '') .. string.sub(s, 1, -10) .. '.' .. string.sub(s, -9)
 end
+local old_cost = tonumber(redis.call('HGET', KEYS[2], 'cost:' .. ws) or '0')
 local totals = {}
 for i, kind in ipairs({'cost', 'waste'}) do
   local new = tonumber(ARGV[7 + i])
@@ -25,6 +28,43 @@ for i, kind in ipairs({'cost', 'waste'}) do
   end
   totals[i] = usd(total)
 end
+-- Units of work: this window's replace what was stored for it (a replay changes nothing).
+local function decoded(raw)
+  if not raw or raw == '' then return {} end
+  return cjson.decode(raw)
+end
+local old_units = decoded(redis.call('HGET', KEYS[2], 'units:' .. ws))
+local new_units = decoded(ARGV[19])
+local per_unit = nil
+if next(old_units) ~= nil or next(new_units) ~= nil then
+  local names = decoded(redis.call('HGET', KEYS[2], 'units:names'))
+  local known = {}
+  for _, u in ipairs(names) do known[u] = true end
+  for u, n in pairs(old_units) do
+    redis.call('HINCRBYFLOAT', KEYS[2], 'units:total:' .. u, -n)
+    redis.call('HINCRBY', KEYS[2], 'units:cost:' .. u, string.format('%d', -old_cost))
+  end
+  local cost = tonumber(ARGV[8])
+  for u, n in pairs(new_units) do
+    redis.call('HINCRBYFLOAT', KEYS[2], 'units:total:' .. u, n)
+    redis.call('HINCRBY', KEYS[2], 'units:cost:' .. u, string.format('%d', cost))
+    if not known[u] then names[#names + 1] = u; known[u] = true end
+  end
+  table.sort(names)
+  if ARGV[19] == '' then redis.call('HDEL', KEYS[2], 'units:' .. ws)
+  else redis.call('HSET', KEYS[2], 'units:' .. ws, ARGV[19]) end
+  redis.call('HSET', KEYS[2], 'units:names', cjson.encode(names))
+  local done, each = {}, {}
+  for _, u in ipairs(names) do
+    local n = tonumber(redis.call('HGET', KEYS[2], 'units:total:' .. u) or '0')
+    local c = tonumber(redis.call('HGET', KEYS[2], 'units:cost:' .. u) or '0')
+    local q = string.format('%q', u)
+    done[#done + 1] = q .. ':' .. string.format('%.17g', n)
+    if n > 0 then each[#each + 1] = q .. ':' .. string.format('%.17g', c / 1e9 / n)
+    else each[#each + 1] = q .. ':null' end
+  end
+  per_unit = {'{' .. table.concat(done, ',') .. '}', '{' .. table.concat(each, ',') .. '}'}
+end
 local cur = redis.call('HMGET', KEYS[1], 'window_start', 'updated_at', 'state')
 local f = {'namespace', ns, 'pod', ARGV[3], 'cost_usd', totals[1], 'waste_usd', totals[2]}
 if ARGV[18] ~= '' then f[#f + 1] = 'cluster'; f[#f + 1] = ARGV[18] end
@@ -32,13 +72,13 @@ if not cur[1] or tonumber(ws) >= tonumber(cur[1]) then
   for _, v in ipairs({'window_start', ws, 'labels', ARGV[5], 'vram_bytes', ARGV[10],
       'share', ARGV[11], 'gpus', ARGV[12]}) do f[#f + 1] = v end
   if ARGV[4] ~= '' then f[#f + 1] = 'node'; f[#f + 1] = ARGV[4] end
-  if ARGV[19] ~= '' then
-    for _, v in ipairs({'work_units', ARGV[19], 'cost_per_unit', ARGV[20]}) do
-      f[#f + 1] = v
-    end
-  end
 end
 if not cur[2] or we > tonumber(cur[2]) then f[#f + 1] = 'updated_at'; f[#f + 1] = ARGV[7] end
+if per_unit then
+  for _, v in ipairs({'work_units', per_unit[1], 'cost_per_unit', per_unit[2]}) do
+    f[#f + 1] = v
+  end
+end
 redis.call('HSET', KEYS[1], unpack(f))
 redis.call('HSETNX', KEYS[1], 'node', '')
 if cur[3] == 'finished' or ARGV[13] == 'finished' then expire_pod(tonumber(ARGV[14]), 1, 4) end

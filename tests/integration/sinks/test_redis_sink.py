@@ -134,6 +134,11 @@ def test_scenario_writes_design_keys_and_values(
         sink.apply(scenario())
     pod = client.hgetall(f"{prefix}pod:{POD_UID}")
     gpus = msgspec.json.decode(pod.pop("gpus"))
+    # The example pod reports 600 steps a window: over its 3 windows, 1,800 steps for
+    # $0.1974, a step $0.000109667.
+    assert msgspec.json.decode(pod.pop("work_units")) == {"steps": 1800}
+    per_unit = msgspec.json.decode(pod.pop("cost_per_unit"))
+    assert per_unit["steps"] == pytest.approx(0.1974 / 1800, rel=1e-12)
     assert gpus[0]["uuid"] == GPU_0
     assert gpus[0]["share"] == pytest.approx(0.86)
     assert pod == {
@@ -143,8 +148,6 @@ def test_scenario_writes_design_keys_and_values(
         "vram_bytes": "61203283968", "share": "0.86",
         "cost_usd": "0.197400000", "waste_usd": "0.016600000",
         "window_start": str(2 * MIN), "updated_at": "400000",
-        # the example pod reports its steps: units and cost per unit of the latest window
-        "work_units": '{"steps":600.0}', "cost_per_unit": '{"steps":0.000109667}',
     }  # fmt: skip
     assert client.hget(f"{prefix}pod:{POD_UID_2}", "state") == "running"
     assert client.zrange(f"{prefix}state:stalled", 0, -1, withscores=True) == [(POD_UID, 400000.0)]
