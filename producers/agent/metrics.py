@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -76,5 +76,90 @@ class AgentCollector(Collector):
         for kind, figures in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
             for name, (doc, value) in figures.items():
                 family = kind(PREFIX + name, doc, labels=["node"])
+                family.add_metric(node, value)
+                yield family
+
+
+class WorkScrapeStats(Protocol):
+    """What a scraper of units of work counts (`producers.work.scraper.WorkStats`)."""
+
+    @property
+    def targets(self) -> int:
+        """Pods scraped in the last round."""
+        ...
+
+    def outcomes(self) -> Mapping[str, int]:
+        """Scrapes by outcome (ok, failed, too_large, bad_exposition)."""
+        ...
+
+    def failures(self) -> Mapping[str, int]:
+        """Scrapes not ok by reason."""
+        ...
+
+
+class WorkTargetStats(Protocol):
+    """What the source of the pods to scrape counts (`producers.work.targets.ApiTargets`)."""
+
+    @property
+    def failures(self) -> int:
+        """Failed listings of the node's pods."""
+        ...
+
+    @property
+    def bad_annotations(self) -> int:
+        """Pods found with unusable gpuwatch.io/work annotations."""
+        ...
+
+
+class WorkCollector(Collector):
+    """The scrapes of the node's pods' units of work (gpuwatch.io/work), by outcome."""
+
+    def __init__(
+        self, node: str, stats: WorkScrapeStats, targets: WorkTargetStats | None = None
+    ) -> None:
+        self._node = node
+        self._stats = stats
+        self._targets = targets
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Scrapes by outcome and by reason, the targets, and the pod listing's errors."""
+        node = [self._node]
+        scrapes = CounterMetricFamily(
+            PREFIX + "work_scrapes",
+            "Scrapes of pods' units of work by outcome (ok, failed, too_large, bad_exposition)",
+            labels=["node", "outcome"],
+        )
+        for outcome, count in sorted(self._stats.outcomes().items()):
+            scrapes.add_metric([*node, outcome], count)
+        yield scrapes
+        failures = CounterMetricFamily(
+            PREFIX + "work_scrape_failures",
+            "Scrapes of pods' units of work that were not ok, by reason",
+            labels=["node", "reason"],
+        )
+        for reason, count in sorted(self._stats.failures().items()):
+            failures.add_metric([*node, reason], count)
+        yield failures
+        targets = GaugeMetricFamily(
+            PREFIX + "work_targets",
+            "Pods whose units of work the last round scraped",
+            labels=["node"],
+        )
+        targets.add_metric(node, self._stats.targets)
+        yield targets
+        if self._targets is not None:
+            for name, doc, value in (
+                (
+                    "work_target_errors",
+                    "Failed listings of the node's pods (units of work), retried",
+                    self._targets.failures,
+                ),
+                (
+                    "work_bad_annotations",
+                    "Pods not scraped for units of work: unusable gpuwatch.io/work annotations",
+                    self._targets.bad_annotations,
+                ),
+            ):
+                family = CounterMetricFamily(PREFIX + name, doc, labels=["node"])
                 family.add_metric(node, value)
                 yield family

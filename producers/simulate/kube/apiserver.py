@@ -7,7 +7,8 @@ cluster simulator drive the real watcher through it:
 - one resourceVersion counter for every object (etcd's revision); lists return it and
   watches resume from it, replaying every change after it;
 - lists with `limit`/`continue` from a consistent snapshot (410 once the token expires);
-- watches as chunked JSON lines, `labelSelector` applied with the real transitions
+- watches as chunked JSON lines, `labelSelector` (and `fieldSelector`, such as
+  `spec.nodeName=gpu-1`) applied with the real transitions
   (an object leaving the selection is DELETED, one entering it ADDED), `timeoutSeconds`
   ending the stream cleanly, BOOKMARK events when `allowWatchBookmarks` is set;
 - on demand: compaction (a watch from an older resourceVersion gets `410 Gone`, as an
@@ -31,7 +32,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -49,7 +50,14 @@ from producers.simulate.kube.labelselector import Matcher, parse_selector
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESOURCES", "FakeApiServer", "RequestRecord", "ResourceType", "rfc3339"]
+__all__ = [
+    "RESOURCES",
+    "FakeApiServer",
+    "RequestRecord",
+    "ResourceType",
+    "parse_field_selector",
+    "rfc3339",
+]
 
 Obj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -140,13 +148,50 @@ class _Event:
     new: Obj
 
 
+FieldMatcher = Callable[[Obj], bool]
+
+
+def _every_object(_obj: Obj) -> bool:
+    return True
+
+
+def parse_field_selector(selector: str | None) -> FieldMatcher:
+    """A `fieldSelector` (`spec.nodeName=gpu-1,status.phase!=Failed`) as a predicate of an
+    object: terms of a dotted field path, `=`, `==` or `!=`, and a value, all to hold; a
+    field the object lacks is "" (an unscheduled pod's `spec.nodeName`), as the real
+    server has it. ValueError for a term that is none of these."""
+    terms: list[tuple[list[str], bool, str]] = []
+    for term in (selector or "").split(","):
+        if not term.strip():
+            continue
+        found = re.match(r"^\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(\S*)\s*$", term)
+        if found is None:
+            raise ValueError(f"invalid field selector term {term!r}")
+        terms.append((found[1].split("."), found[2] != "!=", found[3]))
+
+    def matches(obj: Obj) -> bool:
+        for path, equal, value in terms:
+            here: Any = obj
+            for part in path:
+                here = here.get(part) if isinstance(here, dict) else None
+            actual = "" if here is None else str(here)
+            actual = actual.lower() if isinstance(here, bool) else actual
+            if (actual == value) != equal:
+                return False
+        return True
+
+    return matches if terms else _every_object
+
+
 @dataclass(eq=False)
 class _Query:
-    """What a list or watch selects: a resource, in one namespace or all, by labels."""
+    """What a list or watch selects: a resource, in one namespace or all, by labels and
+    fields."""
 
     resource: str
     namespace: str | None
     matches: Matcher
+    fields: FieldMatcher = field(default=_every_object, kw_only=True)
 
 
 @dataclass(eq=False)
@@ -403,12 +448,13 @@ class FakeApiServer:
         assert resource is not None
         try:
             matches = parse_selector(params.get("labelSelector"))
+            fields = parse_field_selector(params.get("fieldSelector"))
         except ValueError as exc:
             return send_status(request, 400, "BadRequest", str(exc))
         namespace, name = route["namespace"], route["name"]
         if name is not None:
             return self._get(request, resource, namespace, name)
-        query = _Query(resource, namespace, matches)
+        query = _Query(resource, namespace, matches, fields=fields)
         if params.get("watch") in ("true", "1"):
             return self._watch(request, query, params)
         return self._list(request, query, params)
@@ -435,6 +481,7 @@ class FakeApiServer:
             if res == query.resource
             and query.namespace in (None, ns)
             and query.matches(obj["metadata"].get("labels") or {})
+            and query.fields(obj)
         ]
 
     def _list(self, request: Handler, query: _Query, params: Mapping[str, str]) -> None:
@@ -490,7 +537,14 @@ class FakeApiServer:
                 position = self._rv
             elif position < self._floor:
                 expired = f"too old resource version: {position} ({self._floor})"
-            watch = _Watch(query.resource, query.namespace, query.matches, bookmarks, position)
+            watch = _Watch(
+                query.resource,
+                query.namespace,
+                query.matches,
+                bookmarks,
+                position,
+                fields=query.fields,
+            )
             if expired is None:
                 self._watches.add(watch)
         if expired is not None:
@@ -567,7 +621,11 @@ class FakeApiServer:
             return None
 
         def selected(obj: Obj | None) -> bool:
-            return obj is not None and watch.matches(obj["metadata"].get("labels") or {})
+            return (
+                obj is not None
+                and watch.matches(obj["metadata"].get("labels") or {})
+                and watch.fields(obj)
+            )
 
         was, now = selected(event.old), selected(event.new)
         if event.type == "ADDED":
