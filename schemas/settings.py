@@ -386,6 +386,9 @@ class AgentSettings(BaseModel):
     ResourceSlices (read from the API server, as `watcher.kubeconfig` or the pod's
     service account allows, only once such a device is allocated). Empty: off."""
 
+    work_enabled: bool = True
+    """Whether the agent scrapes the units of work of its node's opted-in pods (it lists
+    them from the API server: RBAC `list pods`)."""
     work_interval_s: float = Field(default=15.0, ge=1, le=3600)
     """Seconds between scrapes of the units of work of the node's opted-in pods (the
     `gpuwatch.io/work` annotation)."""
@@ -553,6 +556,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_GPU_RESOURCES": ("agent", "gpu_resources"),
     "GPUWATCH_GPU_RESOURCE_PREFIXES": ("agent", "gpu_resource_prefixes"),
     "GPUWATCH_DRA_DRIVERS": ("agent", "dra_drivers"),
+    "GPUWATCH_WORK_ENABLED": ("agent", "work_enabled"),
     "GPUWATCH_WORK_INTERVAL_S": ("agent", "work_interval_s"),
     "GPUWATCH_WORK_TIMEOUT_S": ("agent", "work_timeout_s"),
     "GPUWATCH_WORK_MAX_BYTES": ("agent", "work_max_bytes"),

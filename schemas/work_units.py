@@ -3,8 +3,9 @@
 A pod opts in with the annotation `gpuwatch.io/work` (`name=metric,...`); the node agent of
 its node scrapes the pod's Prometheus endpoint (`gpuwatch.io/work-port`, `-path`) every
 `work_interval_s` and publishes, per scrape, how much each named counter rose since the
-previous one: a counter that reset (a restarted process) counts from zero, one that went
-backwards without a reset counts nothing. The worker counts the same increases into the
+previous one: a counter below its previous value, or one whose process restarted (a new
+`process_start_time_seconds`), was reset and counts from zero, as Prometheus' `increase()`
+takes it. The worker counts the same increases into the
 pod's attribution windows (`work_units`, `cost_per_unit`).
 """
 

@@ -6,6 +6,8 @@ import logging
 import signal
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Literal
@@ -13,18 +15,22 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, start_http_server
 
 from producers.agent.loop import NodeAgent
-from producers.agent.metrics import AgentCollector, ClaimStats
+from producers.agent.metrics import AgentCollector, ClaimStats, WorkCollector
 from producers.agent.publisher import Publisher
 from producers.agent.readings import AllocationSource, GpuReader, PodResolver
 from producers.k8s.api import ApiError
 from producers.k8s.slices import ApiCaller, ResourceSliceDevices
 from producers.kafka import KafkaSender, linger_ms
+from producers.work.scraper import WorkScraper, WorkScraperThread, pod_work
+from producers.work.targets import ApiTargets
+from schemas.nvml_sample import PodWork
 from schemas.settings import Settings
-from schemas.topics import NVML_SAMPLES
+from schemas.topics import NVML_SAMPLES, WORK_UNITS
 
 log = logging.getLogger(__name__)
 
 Backend = Literal["nvml", "sim"]
+WORK_BUFFER_BYTES = 8 << 20  # records of units of work kept while Kafka is away: hours
 
 
 class AgentStartError(Exception):
@@ -80,6 +86,11 @@ def _sources(
 
 def resource_slices(settings: Settings, node: str) -> ResourceSliceDevices:
     """This node's DRA devices, from an API server the agent connects to at first need."""
+    return ResourceSliceDevices(_api(settings), node, settings.agent.dra_drivers)
+
+
+def _api(settings: Settings) -> Callable[[], ApiCaller]:
+    """An API server connection made at first need (its failure is an ApiError, retried)."""
     from producers.k8s.client import K8sConfigError, connect
 
     def api() -> ApiCaller:
@@ -88,13 +99,61 @@ def resource_slices(settings: Settings, node: str) -> ResourceSliceDevices:
         except K8sConfigError as exc:
             raise ApiError(str(exc)) from exc
 
-    return ResourceSliceDevices(api, node, settings.agent.dra_drivers)
+    return api
+
+
+class WorkUnitsFeed:
+    """The scrapes of the node's opted-in pods (`gpuwatch.io/work`): a thread scrapes them
+    every `work_interval_s`; each tick of the agent takes what it found, publishes every
+    record to `work.units` and hands the increases to the sample (`NodeAgent(work=)`)."""
+
+    def __init__(self, settings: Settings, node: str) -> None:
+        a = settings.agent
+        self.targets = ApiTargets(_api(settings), node)
+        self.scraper = WorkScraper(
+            self.targets,
+            node=node,
+            cluster=settings.cluster.name,
+            interval_s=a.work_interval_s,
+            timeout_s=a.work_timeout_s,
+            max_bytes=a.work_max_bytes,
+            max_series=a.work_max_series,
+            clock_ms=lambda: int(time.time() * 1000),
+        )
+        self.thread = WorkScraperThread(self.scraper)
+        sender = KafkaSender(
+            settings.kafka,
+            WORK_UNITS.full_name(settings.kafka.topic_prefix),
+            client_id=f"gpuwatch-node-agent-{node}-work",
+            delivery_timeout_s=a.delivery_timeout_s,
+        )
+        self.publisher = Publisher(sender, WORK_BUFFER_BYTES)
+
+    def __call__(self) -> tuple[PodWork, ...]:
+        records = self.thread.drain()
+        for record in records:
+            self.publisher.publish(record.uid.encode(), WORK_UNITS.encode(record))
+        return pod_work(records)
+
+    def start(self) -> None:
+        """Publish, and scrape from now on."""
+        self.publisher.start()
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop scraping, flush what is buffered."""
+        self.thread.stop(timeout=10.0)
+        self.scraper.close()
+        self.publisher.stop(timeout_s=10.0)
 
 
 def run(settings: Settings, options: AgentOptions) -> int:
     """Sample until stopped; SIGTERM and SIGINT flush what is buffered and exit 0."""
     node = settings.agent.node_name or socket.gethostname()
     reader, resolver, allocations = _sources(settings, options, node)
+    # Units of work: the pods of a real node only (a `sim` backend's pods are not listed).
+    scrape = options.backend == "nvml" and settings.agent.work_enabled
+    work = WorkUnitsFeed(settings, node) if scrape else None
     topic = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
     sender = KafkaSender(
         settings.kafka,
@@ -112,10 +171,13 @@ def run(settings: Settings, options: AgentOptions) -> int:
         publish=publisher.publish,
         interval_s=settings.agent.interval_s,
         cluster=settings.cluster.name,
+        work=work,
     )
     registry = CollectorRegistry()
     claims = allocations if isinstance(allocations, ClaimStats) else None
     registry.register(AgentCollector(agent, publisher, claims))
+    if work is not None:
+        registry.register(WorkCollector(node, work.scraper.stats, work.targets))
     server, server_thread = start_http_server(
         settings.agent.metrics_port, addr=settings.metrics.bind, registry=registry
     )
@@ -142,11 +204,15 @@ def run(settings: Settings, options: AgentOptions) -> int:
         settings.agent.metrics_port,
     )
     publisher.start()
+    if work is not None:
+        work.start()
     try:
         agent.run(stop)
     finally:
         if timer is not None:
             timer.cancel()
+        if work is not None:
+            work.stop()
         publisher.stop(timeout_s=10.0)
         reader.close()
         close = getattr(allocations, "close", None)

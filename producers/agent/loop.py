@@ -9,10 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from producers.agent.assemble import SharingConfig, assemble_sample
 from producers.agent.readings import AllocationSource, GpuReader, PodResolver
 from schemas.fields import DEFAULT_CLUSTER
-from schemas.nvml_sample import NvmlSample
+from schemas.nvml_sample import NvmlSample, PodWork
 from schemas.topics import NVML_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,12 @@ class NodeAgent:
         sharing: SharingConfig | None = None,
         clock: Clock | None = None,
         cluster: str = DEFAULT_CLUSTER,
+        work: Callable[[], tuple[PodWork, ...]] | None = None,
     ) -> None:
+        """`work`, when given, is asked every tick for the units of work its scrapes found
+        since the last tick (`producers.work`); they go on the sample (`work`)."""
         self.node = node
+        self._work = work
         self.cluster = cluster
         self.interval_s = interval_s
         self.stats = AgentStats()
@@ -130,6 +136,10 @@ class NodeAgent:
             sharing=self._sharing,
             cluster=self.cluster,
         )
+        if self._work is not None:
+            done = self._work()
+            if done:
+                sample = msgspec.structs.replace(sample, work=done)
         value = NVML_SAMPLES.encode(sample)
         self._publish(self._key, value)
         self._seq += 1

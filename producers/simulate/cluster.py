@@ -127,6 +127,8 @@ class PodSpec:
     """The ResourceClaim its GPUs come through (`<pod>-gpus`, or the workload's shared
     `<workload>-gpus`); None: the device plugin's devices."""
     shared_claim: bool = False
+    work: Mapping[str, float] = field(default_factory=dict)
+    """Units of work it reports done a second while its container runs, by unit name."""
 
     @property
     def restart_policy(self) -> str:
@@ -547,6 +549,7 @@ class Cluster:
             generation=generation,
             claim=_claim_name(w, index, generation),
             shared_claim=w.claim == "shared",
+            work=dict(w.work),
         )
 
     def _plan(self, spec: PodSpec) -> None:

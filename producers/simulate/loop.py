@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from producers.agent.loop import Publish
 from producers.simulate.cluster import Change, Cluster
 from producers.simulate.kube.cluster import ApiWriter, KubeMirror
-from producers.simulate.nodes import NodeFleet
+from producers.simulate.nodes import NodeFleet, WorkSetup
 from producers.simulate.scenario import AGENT_DOWN_S, Fault, Scenario
 from schemas.fields import DEFAULT_CLUSTER
 
@@ -98,9 +98,10 @@ class Simulation:
         interval_s: float,
         clock: SimClock,
         cluster: str = DEFAULT_CLUSTER,
+        work: WorkSetup | None = None,
     ) -> None:
         """`publish_for(node)`: the publish function of that node's agent's samples, which
-        name `cluster`."""
+        name `cluster`; `work`: where the pods' units of work are served and sent."""
         self.scenario = scenario
         self.interval_s = interval_s
         self.clock = clock
@@ -116,6 +117,7 @@ class Simulation:
             publish_for=publish_for,
             cluster=cluster,
             uid_of=self.mirror.uid_of,
+            work=work,
         )
         self.ticks = 0
         self.samples = 0

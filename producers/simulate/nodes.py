@@ -19,6 +19,8 @@ from producers.podresources.dra import (
 )
 from producers.simulate.cluster import (
     Change,
+    ContainerCrashed,
+    ContainerStarted,
     PodBound,
     PodCreated,
     PodDeleted,
@@ -29,10 +31,14 @@ from producers.simulate.cluster import (
 )
 from producers.simulate.gpus import SimReader, SimWorkload
 from producers.simulate.topology import DRA_DRIVER, Device, NodeLayout, resource_slice
+from producers.simulate.work import NodeTargets, NodeWork, WorkCounters
+from producers.work.scraper import WorkScraper
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid
+from schemas.settings import AgentSettings
+from schemas.work_units import WorkUnits
 
-__all__ = ["NodeFleet", "PodTable", "SimNode"]
+__all__ = ["NodeFleet", "PodTable", "SimNode", "WorkSetup"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +130,19 @@ class SimNode:
     reader: SimReader
     table: PodTable
     agent: NodeAgent
+    work: NodeWork | None = None
+    """Its agent's scrapes of units of work (None: the scenario has none)."""
+
+
+@dataclass(frozen=True)
+class WorkSetup:
+    """Where the simulated pods' counters are served and where the scrapes' records go."""
+
+    counters: WorkCounters
+    port: Callable[[], int]
+    """Where the counters are served (known once the server listens)."""
+    emit: Callable[[WorkUnits], None]
+    settings: AgentSettings
 
 
 class NodeFleet:
@@ -140,12 +159,16 @@ class NodeFleet:
         publish_for: Callable[[str], Publish],
         cluster: str = DEFAULT_CLUSTER,
         uid_of: Callable[[str], str] = str,
+        work: WorkSetup | None = None,
     ) -> None:
         """`publish_for(node)`: the publish function of that node's agent; every agent's
         samples name `cluster`, and a pod by `uid_of(its uid in the simulation)` (the uid
-        the API server gave it)."""
+        the API server gave it). With `work`, each agent scrapes the units of work of its
+        node's pods that count them."""
         self.epoch = epoch
         self._uid_of = uid_of
+        self._work = work
+        self._bound: dict[str, str] = {}  # pod uid -> node, of the pods counting work
         self.nodes: dict[str, SimNode] = {}
         self._specs: dict[str, PodSpec] = {}
         for layout in layouts:
@@ -157,6 +180,22 @@ class NodeFleet:
             sharing = (
                 SharingConfig(default="time-slicing") if layout.sharing == "time-slicing" else None
             )
+            scrapes = None
+            if work is not None:
+                a = work.settings
+                targets = NodeTargets(layout.name, work.port)
+                scraper = WorkScraper(
+                    targets,
+                    node=layout.name,
+                    cluster=cluster,
+                    interval_s=a.work_interval_s,
+                    timeout_s=a.work_timeout_s,
+                    max_bytes=a.work_max_bytes,
+                    max_series=a.work_max_series,
+                    clock_ms=_now_ms(clock),
+                    workers=1,
+                )
+                scrapes = NodeWork(targets, scraper, emit=work.emit, now_ms=_now_ms(clock))
             agent = NodeAgent(
                 node=layout.name,
                 reader=reader,
@@ -167,11 +206,14 @@ class NodeFleet:
                 sharing=sharing,
                 clock=clock,
                 cluster=cluster,
+                work=scrapes,
             )
-            self.nodes[layout.name] = SimNode(layout, reader, table, agent)
+            self.nodes[layout.name] = SimNode(layout, reader, table, agent, scrapes)
 
     def apply(self, change: Change) -> None:
         """Follow one cluster change: allocations, processes."""
+        if self._work is not None:
+            self._follow_work(change, self._work)
         if isinstance(change, PodCreated):
             self._specs[change.spec.uid] = change.spec
         elif isinstance(change, PodBound):
@@ -207,6 +249,39 @@ class NodeFleet:
             node.reader.remove_workload(change.pid)
             node.table.remove_process(change.pid)
 
+    def _follow_work(self, change: Change, work: WorkSetup) -> None:
+        """The counters and scrape targets of the pods that count units of work."""
+        followed = PodBound | ContainerStarted | ContainerCrashed | PodFinished | PodDeleted
+        if not isinstance(change, followed):
+            return
+        spec = self._specs.get(change.uid)
+        if spec is None or not spec.work:
+            return
+        uid = self._uid_of(spec.uid)
+        if isinstance(change, PodBound):
+            node = self.nodes[change.node].work
+            if node is not None:
+                node.targets.add(spec.namespace, spec.name, uid, spec.work)
+                self._bound[spec.uid] = change.node
+        elif isinstance(change, ContainerStarted):
+            work.counters.start(uid, spec.work, self.epoch + change.at)
+        elif isinstance(change, ContainerCrashed):
+            work.counters.stop(uid, self.epoch + change.at)
+        elif isinstance(change, PodFinished | PodDeleted):
+            work.counters.stop(uid, self.epoch + change.at)
+            bound = self._bound.pop(spec.uid, None)
+            node = None if bound is None else self.nodes[bound].work
+            if node is not None:
+                node.targets.remove(uid)
+            if isinstance(change, PodDeleted):
+                work.counters.remove(uid)
+
+    def close(self) -> None:
+        """Release the scrapers' connections."""
+        for node in self.nodes.values():
+            if node.work is not None:
+                node.work.scraper.close()
+
     def tick(self, skip: frozenset[str] = frozenset()) -> int:
         """One sample of every node but those in `skip` (their agent is down); how many."""
         taken = 0
@@ -220,6 +295,13 @@ class NodeFleet:
                 continue
             taken += 1
         return taken
+
+
+def _now_ms(clock: Clock) -> Callable[[], int]:
+    def now_ms() -> int:
+        return int(clock.time() * 1000)
+
+    return now_ms
 
 
 def hash_seed(seed: int, name: str) -> int:

@@ -38,11 +38,13 @@ from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.kube.live import LiveApiServer
 from producers.simulate.loop import SimClock, Simulation
 from producers.simulate.metrics import FleetAgentCollector, MetricsEndpoint
+from producers.simulate.nodes import WorkSetup
 from producers.simulate.publishing import NodePublishers
 from producers.simulate.scenario import Scenario
+from producers.simulate.work import WorkCounters, WorkServer
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
-from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES
+from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES, WORK_UNITS
 
 __all__ = [
     "SenderFactory",
@@ -172,6 +174,20 @@ class SimulationService:
         }
         """The watcher's publishers, by topic (short name)."""
         clock = SimClock(epoch)
+        self.work_server: WorkServer | None = None
+        """The simulated pods' /metrics, when the scenario's pods count units of work."""
+        work = None
+        if any(w.work for w in scenario.workloads):
+            self.publishers[WORK_UNITS.name] = Publisher(
+                make(WORK_UNITS.full_name(prefix), "gpuwatch-simulate-work"), WATCH_BUFFER_BYTES
+            )
+            self.work_server = WorkServer(WorkCounters(clock.time))
+            work = WorkSetup(
+                counters=self.work_server.counters,
+                port=self.work_server.port,
+                emit=_emitter(self.publishers[WORK_UNITS.name], WORK_UNITS),
+                settings=settings.agent,
+            )
         self.api: FakeApiServer | LiveApiServer = (
             FakeApiServer(clock=clock.time) if api is None else api
         )
@@ -183,6 +199,7 @@ class SimulationService:
             interval_s=settings.agent.interval_s,
             clock=clock,
             cluster=settings.cluster.name,
+            work=work,
         )
         leaking = tuple(
             f"{spec.namespace}/{spec.name}"
@@ -241,6 +258,8 @@ class SimulationService:
                 ",".join(f"{r}:{n}" for r, n in removed.items()) or "none",
             )
             self._kube = kube = api.client()
+        if self.work_server is not None:
+            self.work_server.start()
         self.simulation.prepare()
         self.samples.start()
         for publisher in self.publishers.values():
@@ -298,6 +317,9 @@ class SimulationService:
             self.api.close()
         for endpoint in self.endpoints.values():
             endpoint.stop()
+        self.simulation.fleet.close()
+        if self.work_server is not None:
+            self.work_server.close()
 
     def _drain(self) -> None:
         """Wait (up to DRAIN_TIMEOUT_S) until the watcher has seen every write: the

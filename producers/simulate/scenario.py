@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from producers.simulate.gpus import GPU_MODELS, XID_FALLEN_OFF_THE_BUS
+from schemas.fields import UnitName
 from schemas.nvml_sample import THROTTLE_REASONS
 
 __all__ = [
@@ -127,6 +128,10 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     NVIDIA_VISIBLE_DEVICES=all), unallocated ones first."""
     recreate_after_s: Span | None = None
     """After a pod ends, its replacement `<name>-<i>-<n>` is created this much later."""
+    work: dict[UnitName, Annotated[float, msgspec.Meta(gt=0)]] = msgspec.field(default_factory=dict)
+    """Units of work each pod reports done a second while its container runs (`steps: 10`,
+    `tokens: 1500`): a Prometheus counter per unit, served by the simulator and named in
+    the pod's `gpuwatch.io/work` annotation, which the node agents scrape."""
 
 
 DEFAULT_OWNER = {"training": "job", "idle": "job"}

@@ -275,9 +275,16 @@ def test_only_the_watcher_and_the_dra_reading_agent_get_an_api_token(
         "worker": False, "sink-redis": False, "sink-metrics": False, "k8s-watcher": True,
         "node-agent": True,
     }  # fmt: skip
-    no_dra = render(helm, "--set", "nodeAgent.dra.enabled=false")
+    no_dra = render(
+        helm, "--set", "nodeAgent.dra.enabled=false", "--set", "nodeAgent.work.enabled=false"
+    )
     agent = one(no_dra, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
     assert agent["automountServiceAccountToken"] is False
+    assert env_of(agent["containers"][0])["GPUWATCH_WORK_ENABLED"]["value"] == "false"
+    # Either needs the token: units of work alone too.
+    work_only = render(helm, "--set", "nodeAgent.dra.enabled=false")
+    spec = one(work_only, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
     assert env_of(agent["containers"][0])["GPUWATCH_DRA_DRIVERS"]["value"] == ""
     assert [r["metadata"]["labels"]["app.kubernetes.io/component"]
             for r in by_kind(no_dra, "ClusterRole")] == ["k8s-watcher"]  # fmt: skip
@@ -589,14 +596,15 @@ def test_the_watcher_role_equals_deploy_rbac(default: list[Object]) -> None:
     ]
 
 
-def test_the_node_agent_role_equals_deploy_rbac_and_reads_resourceslices_only(
+def test_the_node_agent_role_equals_deploy_rbac_and_reads_slices_and_lists_pods_only(
     default: list[Object],
 ) -> None:
     plain = {d["kind"]: d for d in yaml.safe_load_all(AGENT_RBAC.read_text(encoding="utf-8"))}
     role = one(default, "ClusterRole", "node-agent")
     assert role["rules"] == plain["ClusterRole"]["rules"]
     assert grants(role["rules"]) == {
-        ("resource.k8s.io", "resourceslices", verb) for verb in ("get", "list", "watch")
+        *(("resource.k8s.io", "resourceslices", verb) for verb in ("get", "list", "watch")),
+        ("", "pods", "list"),  # its node's, for their gpuwatch.io/work annotations
     }
     binding = one(default, "ClusterRoleBinding", "node-agent")
     agent = one(default, "DaemonSet", "node-agent")["spec"]["template"]["spec"]
@@ -753,12 +761,16 @@ def test_network_policy_lets_the_sink_alone_reach_redis(tls: list[Object]) -> No
     ports = {}
     for component, pod in pod_specs(tls):
         rules = [rule for p in policies_of(tls, pod) for rule in p["spec"].get("egress", [])]
-        ports[component] = {port["port"] for rule in rules for port in rule["ports"]}
+        ports[component] = {
+            port["port"] for rule in rules for port in rule.get("ports", [{"port": "any"}])
+        }
     common = {53, 9093}  # DNS, Kafka (networkPolicy.kafkaTo)
-    # The node agent reaches the API server for its node's ResourceSlices.
+    # The node agent reaches the API server for its node's ResourceSlices and pods, and the
+    # pods whose units of work it scrapes, at any port (their annotations name it).
     assert ports == {
         "worker": common, "sink-redis": common | {6380}, "sink-metrics": common,
-        "k8s-watcher": common | {6443}, "node-agent": common | {6443}, "topics": common,
+        "k8s-watcher": common | {6443}, "node-agent": common | {6443, "any"},
+        "topics": common,
     }  # fmt: skip
     sink = one(tls, "Deployment", "sink-redis")["spec"]["selector"]["matchLabels"]
     redis_policy = one(tls, "NetworkPolicy", "sink-redis")

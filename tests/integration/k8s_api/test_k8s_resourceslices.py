@@ -148,7 +148,13 @@ def test_the_agent_reads_its_nodes_slices_with_its_own_rbac(
         assert table.loads == 2
 
         # What the role does not grant is refused.
-        for path in ("/api/v1/pods", "/apis/resource.k8s.io/v1/resourceclaims"):
+        # Pods it may list (units of work), not get or watch; claims not at all.
+        refused = (
+            "/api/v1/namespaces/default/pods/any",
+            "/api/v1/pods?watch=true",
+            "/apis/resource.k8s.io/v1/resourceclaims",
+        )
+        for path in refused:
             with pytest.raises(ApiError) as denied:
                 real.request("GET", path, token=token)
             assert denied.value.status == 403, path

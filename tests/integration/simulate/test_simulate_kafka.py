@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 S = 1000
 SIMULATED_S = 330  # past bert-oom's OOM kill at 275 s, before vision-train completes at 605 s
+WORK_RECORDS = 4 * 21  # 4 pods scraped at 15 s (a baseline), then 30 s .. 330 s
 
 
 def decoded(settings: Settings, spec: TopicSpec[Any], validator: Draft202012Validator) -> list[Any]:
@@ -56,12 +57,14 @@ def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
     )
 
     assert summary.ticks == SIMULATED_S
-    # small queues nothing in Kueue: no workload.
+    # small queues nothing in Kueue: no workload. Its units of work: chat-serving-0,
+    # llm-finetune-0 and vision-train-0/-1 scraped every 15 s (the first a baseline).
     assert summary.sent == {
-        "nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3, "k8s.workloads": 0
+        "nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3, "k8s.workloads": 0,
+        "work.units": WORK_RECORDS,
     }  # fmt: skip
     assert summary.dropped == {
-        "nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0, "k8s.workloads": 0
+        "nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0, "k8s.workloads": 0, "work.units": 0
     }  # fmt: skip
     samples: list[NvmlSample] = decoded(scoped, NVML_SAMPLES, validators[NVML_SAMPLES.name])
     pods: list[K8sPod] = decoded(scoped, K8S_PODS, validators[K8S_PODS.name])

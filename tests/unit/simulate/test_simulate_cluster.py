@@ -17,11 +17,13 @@ from producers.k8s.api import Collection, WatchLines
 from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.runner import SimulationService
 from producers.simulate.scenario import load_scenario
-from schemas import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES
+from schemas import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES, WORK_UNITS
 from schemas.settings import Settings
 
 EPOCH = 1_764_400_000  # 2025-11-29 07:06:40 UTC
-TOPICS = {spec.name: spec for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES, K8S_WORKLOADS)}
+TOPICS = {
+    spec.name: spec for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES, K8S_WORKLOADS, WORK_UNITS)
+}
 
 
 @dataclass
@@ -97,6 +99,7 @@ def test_every_message_of_a_named_simulated_cluster_names_it() -> None:
     published = first_second(cluster_settings("eu-west"))
 
     assert published.pop(K8S_WORKLOADS.name) == []  # small queues nothing in Kueue
+    assert published.pop(WORK_UNITS.name) == []  # the first scrape is at 15 s
     for name, messages in published.items():
         assert messages, name
         assert {message.get("cluster") for _, message in messages} == {"eu-west"}, name
@@ -106,6 +109,7 @@ def test_the_default_simulated_cluster_leaves_the_field_out() -> None:
     published = first_second(cluster_settings(None))
 
     assert published.pop(K8S_WORKLOADS.name) == []  # small queues nothing in Kueue
+    assert published.pop(WORK_UNITS.name) == []  # the first scrape is at 15 s
     for name, messages in published.items():
         assert messages, name
         assert all("cluster" not in message for _, message in messages), name

@@ -33,7 +33,7 @@ to the code's.
   (list "nvml.samples" 1) (list "k8s.pods" 7) (list "k8s.nodes" 7) (list "pod.usage" 1)
   (list "pod.lifecycle" 30) (list "attribution" 35) (list "gpu.windows" 30)
   (list "alerts" 30) (list "capacity" 30) (list "k8s.workloads" 7)
-  (list "workload.lifecycle" 30) (list "deadletter" 14) -}}
+  (list "workload.lifecycle" 30) (list "work.units" 35) (list "deadletter" 14) -}}
 {{- range $public }}
 - name: {{ printf "%s%s" $prefix (index . 0) | quote }}
   config:
