@@ -95,12 +95,27 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
     assert {name for name, _ in firing} >= {"GpuIdleAllocated"}
     # Cost accrues: the long-running pods have lifetime totals from their windows.
     assert float(client.hget(f"gpuwatch:pod:{_uid(client, 'llm-finetune-0')}", "cost_usd")) > 0
+    # Units of work: vision-train does 10 steps a second on a $4.00/h H100, so its full
+    # windows cost $0.000111 a step; its first window is partial, so its life so far costs a
+    # little more or less per step. chat-serving's tokens: $0.000741 a thousand.
+    train = client.hgetall(f"gpuwatch:pod:{_uid(client, 'vision-train-0')}")
+    per_step = json.loads(train["cost_per_unit"])["steps"]
+    assert per_step == pytest.approx(4.0 / 36_000, rel=0.1), train
+    serve = client.hgetall(f"gpuwatch:pod:{_uid(client, 'chat-serving-0')}")
+    per_token = json.loads(serve["cost_per_unit"])["tokens"]
+    assert per_token * 1000 == pytest.approx(4.0 / 5_400, rel=0.1), serve
 
     # The live view printed at the end shows the same.
     top = result.stdout.split("Ctrl-C stops the demo.", 1)[1]
     row = next(line for line in top.splitlines() if line.startswith("research/notebook-ana-0"))
     assert row.split()[2:4] == ["stalled", "Idle"], row
     assert "PodQueuedTooLong" in top
+    header = next(line for line in top.splitlines() if line.startswith("POD "))
+    assert header.split()[-1] == "$/UNIT", header
+    row = next(line for line in top.splitlines() if line.startswith("research/vision-train-0"))
+    assert row.endswith("/steps"), row
+    row = next(line for line in top.splitlines() if line.startswith("serving/chat-serving-0"))
+    assert "/1k tokens" in row, row
 
 
 def _uid(client: redis.Redis, pod: str) -> str:
