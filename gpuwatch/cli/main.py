@@ -21,6 +21,7 @@ from gpuwatch.cli import (
     k8s_watcher,
     node_agent,
     replay,
+    report,
     settings,
     simulate,
     sink,
@@ -52,6 +53,7 @@ VERBS = (
     demo,
     top,
     replay,
+    report,
     settings,
 )
 

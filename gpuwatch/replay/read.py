@@ -15,7 +15,8 @@ clock. So each partition is read
   after their event time (the margin, `--margin`, is printed with the story).
 
 Values are only probed for `ts` here (a msgspec struct of one field); the caller decodes
-what it keeps. This is the kafka-python adapter of `gpuwatch replay`.
+what it keeps. This is the kafka-python adapter of `gpuwatch replay`, and of
+`gpuwatch report`, which reads the derived topics over a period the same way.
 """
 
 from __future__ import annotations
@@ -130,9 +131,10 @@ class Progress:
         after_s: float = 1.0,
         every_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        verb: str = "replay",
     ) -> None:
         stream = sys.stderr if stream is None else stream  # the one in force now, not at import
-        self.stream, self.clock = stream, clock
+        self.stream, self.clock, self.verb = stream, clock, verb
         self.tty = stream.isatty() if tty is None else tty
         self.after_s, self.every_s = after_s, every_s
         self.label, self.done, self.total = "", 0, 0
@@ -168,7 +170,7 @@ class Progress:
 
     def _text(self) -> str:
         pct = 100 * self.done / self.total if self.total else 100.0
-        return f"replay: {self.label} {self.done:,}/{self.total:,} records ({pct:.0f}%)"
+        return f"{self.verb}: {self.label} {self.done:,}/{self.total:,} records ({pct:.0f}%)"
 
     def _draw(self, now: float) -> None:
         self._shown, self._drawn_at = True, now
@@ -179,14 +181,20 @@ class Progress:
 class RangeReader:
     """Plans and reads partitions by event time through one consumer without a group."""
 
-    def __init__(self, kafka: KafkaSettings, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        progress: Progress | None = None,
+        *,
+        client_id: str = "gpuwatch-replay",
+    ) -> None:
         self.progress = progress or Progress()
         try:
             self._consumer: Any = consumer(
                 kafka,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
-                client_id="gpuwatch-replay",
+                client_id=client_id,
             )
             self._existing: set[str] = set(self._consumer.topics())
         except KafkaError as exc:
@@ -306,6 +314,7 @@ class RangeReader:
                     last_data = time.monotonic()
                 elif time.monotonic() - last_data > STALL_S:
                     raise ReadError(f"Kafka stopped sending records of {sorted(active)}")
+                finished = False
                 for tp, records in batches.items():
                     part = active.get(tp)
                     if part is None:
@@ -314,8 +323,12 @@ class RangeReader:
                     at[tp] = max(at[tp], records[-1].offset + 1) if records else at[tp]
                     if past or at[tp] >= part.end:
                         del active[tp], at[tp]
-                        if active:
-                            self._assign(at)  # the finished one is no longer fetched
+                        finished = True
+                if finished and active:
+                    # The finished ones are no longer fetched. Only once the whole poll is
+                    # taken: a seek to a partition's offset before its batch of this poll
+                    # was taken would fetch that batch again (each record read twice).
+                    self._assign(at)
         except KafkaError as exc:
             raise ReadError(f"reading {sorted(active)} failed: {exc!r}") from exc
         finally:

@@ -1,0 +1,448 @@
+"""The sums of `gpuwatch report`: pod windows and GPU windows added up per group and step.
+
+Pure: decoded records in, rows out; `gpuwatch.report.read` feeds it from Kafka. One pass:
+each record is added once, in any order, except that prices are learned from `attribution`
+before the `gpu.windows` are priced (`gpuwatch.report.pricing`). The rules, stated in
+`gpuwatch report --help` and the README too:
+
+- A window belongs to the period, and to a step, by its `window_start`. Steps are UTC
+  hours (`1h`), UTC days (`1d`) or weeks from Monday 00:00 UTC (`7d`), cut at the
+  period's ends; without a step the period is one.
+- Groups: `team` (the pod's `team` label), `namespace`, `workload` (the owner's
+  kind/name, the pod itself without one), `pod`, `node`, `gpu` (uuid) and `model` (split
+  per GPU from the record's `gpus[]`: its seconds and cost, its part of the waste in
+  proportion to its idle cost, of the units in proportion to its cost) and `cluster`.
+  Names of namespaces, workloads, pods, nodes and GPUs of a cluster other than `default`
+  start with `<cluster>/`; a missing value is `(none)`.
+- Cost per unit of a unit name = the cost of the windows that report that unit / the units
+  done in them (none where no unit was done). With `--by gpu` or `model` a window's units
+  go to its GPUs in proportion to their cost, so each GPU's cost per unit is the window's.
+- `(unallocated)`: the GPU-seconds no pod was allocated (`unallocated_seconds` of
+  `gpu.windows`), priced as the worker prices a GPU-second; so the total = the groups +
+  `(unallocated)` = the fleet's priced GPU time.
+- Idle share = idle / allocated GPU-seconds; waste share = waste / cost of the same row
+  (for a total: the pods' idle allocated cost over the fleet's cost).
+- Delivery is at least once: a record seen again (same cluster, pod uid or GPU uuid, and
+  `window_start`, in the same partition within `DEDUP_HORIZON_MS` of event time of the
+  newest record read from it) counts once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Final
+
+from gpuwatch.replay.story import TimeRange
+from gpuwatch.report.pricing import FleetPrices
+from gpuwatch.report.rows import (
+    GROUP_BYS,
+    NONE,
+    OTHER,
+    STEPS,
+    TOTAL,
+    UNALLOCATED,
+    Counts,
+    GroupBy,
+    Report,
+    Row,
+    RowKind,
+    StepName,
+)
+from schemas.attribution import Attribution, GpuAttribution
+from schemas.fields import DEFAULT_CLUSTER
+from schemas.gpu_window import GpuWindow
+from schemas.k8s_node import K8sNode
+from schemas.prices import BUILTIN_PRICES, PriceTable
+
+__all__ = ["DEDUP_HORIZON_MS", "Aggregator", "step_start"]
+
+TEAM_LABEL: Final = "team"  # the pod label `gpuwatch top --team` and the metrics use
+HOUR_S: Final = 3600.0
+WEEK_ORIGIN_MS: Final = 4 * 86_400_000  # 1970-01-05 00:00 UTC, a Monday: weeks as ISO 8601
+DEDUP_HORIZON_MS: Final = 3_600_000  # a worker re-sends after a restart within minutes of
+# event time; an hour of windows per partition is what must be remembered to see it
+
+
+def step_start(ts: int, step: StepName | None, period: TimeRange) -> int:
+    """The start of the step that holds `ts` (before cutting at the period's start)."""
+    if step is None:
+        return period.start_ms
+    size = STEPS[step]
+    return ts - (ts - WEEK_ORIGIN_MS) % size
+
+
+class Sums:
+    """What one group spent in one step: seconds, dollars, and units with their cost."""
+
+    __slots__ = ("allocated_s", "cost", "idle_s", "unit_cost", "units", "used_s", "waste")
+
+    def __init__(self) -> None:
+        self.allocated_s = self.used_s = self.idle_s = 0.0
+        self.cost = self.waste = 0.0
+        self.units: dict[str, float] = {}
+        self.unit_cost: dict[str, float] = {}
+
+    def add_record(self, rec: Attribution) -> None:
+        """A pod's window, whole."""
+        self.allocated_s += rec.allocated_gpu_seconds
+        self.used_s += rec.used_gpu_seconds
+        self.idle_s += rec.idle_gpu_seconds
+        self.cost += rec.cost_usd
+        self.waste += rec.waste_usd
+        if rec.work_units:
+            self._add_units(rec.work_units, 1.0, rec.cost_usd)
+
+    def add_gpu(
+        self, gpu: GpuAttribution, waste: float, units: Mapping[str, float], part: float
+    ) -> None:
+        """A pod's window on one of its GPUs: `waste` its part of the waste, `part` of the
+        units."""
+        self.allocated_s += gpu.allocated_gpu_seconds
+        self.used_s += gpu.used_gpu_seconds
+        self.idle_s += gpu.idle_gpu_seconds
+        self.cost += gpu.cost_usd
+        self.waste += waste
+        if units:
+            self._add_units(units, part, gpu.cost_usd)
+
+    def _add_units(self, units: Mapping[str, float], part: float, cost: float) -> None:
+        counts, costs = self.units, self.unit_cost
+        for name, count in units.items():
+            counts[name] = counts.get(name, 0.0) + count * part
+            costs[name] = costs.get(name, 0.0) + cost
+
+    def merge(self, other: Sums) -> None:
+        """Add another group's sums (the `(other)` and total lines)."""
+        self.allocated_s += other.allocated_s
+        self.used_s += other.used_s
+        self.idle_s += other.idle_s
+        self.cost += other.cost
+        self.waste += other.waste
+        for name, count in other.units.items():
+            self.units[name] = self.units.get(name, 0.0) + count
+            self.unit_cost[name] = self.unit_cost.get(name, 0.0) + other.unit_cost[name]
+
+
+class FleetSums:
+    """The GPU windows of one step: allocated and unallocated seconds, and their price."""
+
+    __slots__ = ("allocated_cost", "allocated_s", "unallocated_cost", "unallocated_s")
+
+    def __init__(self) -> None:
+        self.allocated_s = self.unallocated_s = 0.0
+        self.allocated_cost = self.unallocated_cost = 0.0
+
+
+def _row(span: tuple[int, int], group: str, kind: RowKind, sums: Sums, fleet: FleetSums) -> Row:
+    start, end = span
+    return Row(
+        step_start=start,
+        step_end=end,
+        group=group,
+        kind=kind,
+        allocated_gpu_hours=sums.allocated_s / HOUR_S,
+        used_gpu_hours=sums.used_s / HOUR_S,
+        idle_gpu_hours=sums.idle_s / HOUR_S,
+        unallocated_gpu_hours=fleet.unallocated_s / HOUR_S,
+        cost_usd=sums.cost + fleet.unallocated_cost,
+        waste_usd=sums.waste,
+        work_units=dict(sorted(sums.units.items())),
+        unit_cost_usd=dict(sorted(sums.unit_cost.items())),
+    )
+
+
+class _Seen:
+    """Identities of the windows read from one partition within the horizon."""
+
+    __slots__ = ("_by_start", "_floor", "_horizon", "_newest")
+
+    def __init__(self, horizon_ms: int) -> None:
+        self._by_start: dict[int, set[int]] = {}
+        self._horizon = horizon_ms
+        self._newest = -(1 << 62)
+        self._floor = -(1 << 62)
+
+    def first(self, start: int, identity: int) -> bool:
+        """Whether this is the first time the identity is seen for the window `start`."""
+        seen = self._by_start.get(start)
+        if seen is None:
+            if start < self._floor:
+                return True  # too old to remember: counted (at worst twice)
+            seen = self._by_start[start] = set()
+            if start > self._newest:
+                self._newest = start
+                self._floor = start - self._horizon
+                for old in [s for s in self._by_start if s < self._floor]:
+                    del self._by_start[old]
+        if identity in seen:
+            return False
+        seen.add(identity)
+        return True
+
+
+def _scoped(cluster: str, name: str) -> str:
+    return name if cluster == DEFAULT_CLUSTER else f"{cluster}/{name}"
+
+
+def _team(rec: Attribution) -> str:
+    return rec.labels.get(TEAM_LABEL) or NONE
+
+
+def _namespace(rec: Attribution) -> str:
+    return _scoped(rec.cluster, rec.namespace)
+
+
+def _workload(rec: Attribution) -> str:
+    owner = rec.owner
+    name = f"{rec.namespace}/{rec.pod}" if owner is None else f"{owner.kind}/{owner.name}"
+    return _scoped(rec.cluster, name if owner is None else f"{rec.namespace}/{name}")
+
+
+def _pod(rec: Attribution) -> str:
+    return _scoped(rec.cluster, f"{rec.namespace}/{rec.pod}")
+
+
+def _node(rec: Attribution) -> str:
+    return _scoped(rec.cluster, rec.node or NONE)
+
+
+def _cluster(rec: Attribution) -> str:
+    return rec.cluster
+
+
+_WHOLE: Final[dict[GroupBy, Callable[[Attribution], str]]] = {
+    "team": _team,
+    "namespace": _namespace,
+    "workload": _workload,
+    "pod": _pod,
+    "node": _node,
+    "cluster": _cluster,
+}
+_PER_GPU: Final[dict[GroupBy, Callable[[str, GpuAttribution], str]]] = {
+    "gpu": lambda cluster, gpu: _scoped(cluster, gpu.uuid),
+    "model": lambda cluster, gpu: gpu.model or NONE,
+}
+
+
+def _parts(weights: list[float], fallback: list[float]) -> list[float]:
+    """Weights normalised to sum to 1: `weights`, else `fallback`, else equal parts."""
+    for candidate in (weights, fallback):
+        total = sum(candidate)
+        if total > 0:
+            return [w / total for w in candidate]
+    return [1.0 / len(weights)] * len(weights)
+
+
+class Aggregator:
+    """Adds decoded records up per group and step; `report()` gives the rows.
+
+    Feed `attribution` records (and `k8s.nodes`) before `gpu.windows`: the GPU windows'
+    unallocated seconds are priced with the prices the attribution records show
+    (`gpuwatch.report.pricing`). `source` names where a record was read (topic and
+    partition): duplicates are looked for within one source.
+    """
+
+    def __init__(
+        self,
+        period: TimeRange,
+        *,
+        by: GroupBy = "team",
+        step: StepName | None = None,
+        prices: PriceTable = BUILTIN_PRICES,
+        dedup_horizon_ms: int = DEDUP_HORIZON_MS,
+    ) -> None:
+        if by not in GROUP_BYS:
+            raise ValueError(f"cannot group by {by!r}: one of {', '.join(GROUP_BYS)}")
+        if step is not None and step not in STEPS:
+            raise ValueError(f"unknown step {step!r}: one of {', '.join(STEPS)}")
+        self.period, self.by, self.step = period, by, step
+        self.counts = Counts()
+        self.prices = FleetPrices(prices)
+        self._start, self._end = period.start_ms, period.end_ms
+        self._horizon = dedup_horizon_ms
+        self._whole = _WHOLE.get(by)
+        self._per_gpu = _PER_GPU.get(by)
+        self._sums: dict[tuple[int, str], Sums] = {}
+        self._fleet: dict[int, FleetSums] = {}
+        self._seen: dict[Hashable, _Seen] = {}
+        self._mig: dict[tuple[int, str, str, str, str], list[float]] = {}
+        self._instances: dict[tuple[str, str], set[str]] = {}
+        self._step = self._step_function()
+
+    def _step_function(self) -> Callable[[int], int]:
+        step, period = self.step, self.period
+        return lambda ts: step_start(ts, step, period)
+
+    def _first(self, source: Hashable, start: int, identity: int) -> bool:
+        seen = self._seen.get(source)
+        if seen is None:
+            seen = self._seen[source] = _Seen(self._horizon)
+        return seen.first(start, identity)
+
+    def add_attribution(self, rec: Attribution, source: Hashable = None) -> None:
+        """One pod's window."""
+        start = rec.window_start
+        if not self._start <= start < self._end:
+            self.counts.outside += 1
+            return
+        if not self._first(source, start, hash((rec.cluster, rec.uid))):
+            self.counts.duplicates += 1
+            return
+        self.counts.pod_windows += 1
+        step = self._step(start)
+        learn = self.prices.learn
+        for gpu in rec.gpus:
+            learn(rec.cluster, rec.node, gpu)
+        whole = self._whole
+        if whole is not None:
+            key = (step, whole(rec))
+            sums = self._sums.get(key)
+            if sums is None:
+                sums = self._sums[key] = Sums()
+            sums.add_record(rec)
+        else:
+            self._add_split(step, rec)
+
+    def _add_split(self, step: int, rec: Attribution) -> None:
+        """A pod's window split over its GPUs (`--by gpu`, `--by model`)."""
+        gpus = rec.gpus
+        name_of = self._per_gpu
+        assert name_of is not None  # set where _whole is None
+        if len(gpus) <= 1:  # most pods: the window is its GPU's
+            key = (step, name_of(rec.cluster, gpus[0]) if gpus else NONE)
+            sums = self._sums.get(key)
+            if sums is None:
+                sums = self._sums[key] = Sums()
+            sums.add_record(rec)
+            return
+        costs = [g.cost_usd for g in gpus]
+        idle_cost = [
+            g.cost_usd * g.idle_gpu_seconds / g.allocated_gpu_seconds
+            if g.allocated_gpu_seconds > 0
+            else 0.0
+            for g in gpus
+        ]
+        waste_parts = _parts(idle_cost, costs)
+        unit_parts = _parts(costs, [g.allocated_gpu_seconds for g in gpus])
+        for gpu, waste_part, unit_part in zip(gpus, waste_parts, unit_parts, strict=True):
+            key = (step, name_of(rec.cluster, gpu))
+            sums = self._sums.get(key)
+            if sums is None:
+                sums = self._sums[key] = Sums()
+            sums.add_gpu(gpu, rec.waste_usd * waste_part, rec.work_units, unit_part)
+
+    def add_node(self, node: K8sNode) -> None:
+        """A node's labels, for the price overrides by node label."""
+        self.counts.nodes += 1
+        self.prices.node_labels(node.cluster, node.node, node.labels)
+
+    def add_gpu_window(self, win: GpuWindow, source: Hashable = None) -> None:
+        """One GPU's window: its allocated and unallocated seconds, priced."""
+        start = win.window_start
+        if not self._start <= start < self._end:
+            self.counts.outside += 1
+            return
+        cluster = win.cluster
+        if not self._first(source, start, hash((cluster, win.uuid))):
+            self.counts.duplicates += 1
+            return
+        self.counts.gpu_windows += 1
+        step = self._step(start)
+        fleet = self._fleet.get(step)
+        if fleet is None:
+            fleet = self._fleet[step] = FleetSums()
+        fleet.allocated_s += win.allocated_seconds
+        fleet.unallocated_s += win.unallocated_seconds
+        parent = win.parent_uuid
+        if parent is not None:
+            self._instances.setdefault((cluster, parent), set()).add(win.uuid)
+            if self.prices.learned(cluster, win.uuid) is None:  # priced when all are known
+                key = (step, cluster, win.node, win.model, parent)
+                both = self._mig.get(key)
+                if both is None:
+                    both = self._mig[key] = [0.0, 0.0]
+                both[0] += win.allocated_seconds
+                both[1] += win.unallocated_seconds
+                return
+        price = self.prices.usd_per_second(
+            cluster, win.node, win.uuid, win.model, mig=parent is not None
+        )
+        fleet.allocated_cost += win.allocated_seconds * price
+        fleet.unallocated_cost += win.unallocated_seconds * price
+
+    def _price_mig(self) -> None:
+        """The MIG instances no pod held, priced now that every instance was seen (rule 4)."""
+        for (step, cluster, node, model, parent), (allocated, unallocated) in self._mig.items():
+            instances = self._instances[(cluster, parent)]
+            price = self.prices.mig_remainder(cluster, node, model, instances)
+            fleet = self._fleet[step]
+            fleet.allocated_cost += allocated * price
+            fleet.unallocated_cost += unallocated * price
+        self._mig.clear()
+
+    def fleet_cost(self) -> float:
+        """The fleet's priced GPU time: every GPU window's seconds at the GPU's price."""
+        self._price_mig()
+        return sum(f.allocated_cost + f.unallocated_cost for f in self._fleet.values())
+
+    def report(self, top: int | None = None) -> Report:
+        """The rows: per step, the groups by cost (the `top` most costly, the rest as
+        `(other)`), `(unallocated)`, the step's total; a period total after several steps."""
+        self._price_mig()
+        by_step: dict[int, dict[str, Sums]] = {step: {} for step in self._fleet}
+        for (step, group), sums in self._sums.items():
+            by_step.setdefault(step, {})[group] = sums
+        rows: list[Row] = []
+        period_sums, period_fleet = Sums(), FleetSums()
+        nothing = FleetSums()
+        for step in sorted(by_step):
+            start = max(step, self._start)
+            end = self._end if self.step is None else min(step + STEPS[self.step], self._end)
+            groups = sorted(by_step[step].items(), key=lambda item: (-item[1].cost, item[0]))
+            kept, rest = (groups, []) if top is None else (groups[:top], groups[top:])
+            rows.extend(_row((start, end), name, "group", sums, nothing) for name, sums in kept)
+            total = Sums()
+            for _, sums in groups:
+                total.merge(sums)
+            if rest:
+                other = Sums()
+                for _, sums in rest:
+                    other.merge(sums)
+                rows.append(_row((start, end), OTHER, "other", other, nothing))
+            fleet = self._fleet.get(step, nothing)
+            rows.append(_row((start, end), UNALLOCATED, "unallocated", Sums(), fleet))
+            rows.append(_row((start, end), TOTAL, "total", total, fleet))
+            period_sums.merge(total)
+            period_fleet.unallocated_s += fleet.unallocated_s
+            period_fleet.unallocated_cost += fleet.unallocated_cost
+            period_fleet.allocated_s += fleet.allocated_s
+            period_fleet.allocated_cost += fleet.allocated_cost
+        if len(by_step) > 1:
+            rows.append(
+                _row((self._start, self._end), TOTAL, "period_total", period_sums, period_fleet)
+            )
+        report = Report(self.period, self.by, self.step, rows, self.counts)
+        report.notes.extend(self._notes(period_sums, period_fleet))
+        return report
+
+    def _notes(self, pods: Sums, fleet: FleetSums) -> list[str]:
+        notes = []
+        if self.counts.duplicates:
+            notes.append(
+                f"records delivered more than once, counted once: {self.counts.duplicates}"
+            )
+        if self.counts.pod_windows and not self.counts.gpu_windows:
+            notes.append(
+                "no gpu.windows records in the period: (unallocated) is 0 and the total is "
+                "the pods' cost only"
+            )
+        elif self.counts.gpu_windows and fleet.allocated_cost > 0:
+            gap = pods.cost / fleet.allocated_cost - 1
+            if abs(gap) > 0.01:  # float noise is far below; a missing window of a pod is not
+                notes.append(
+                    f"the pods' cost ({pods.cost:.2f} USD) differs by {100 * gap:+.1f} % from "
+                    f"the allocated GPU time of gpu.windows priced the same way "
+                    f"({fleet.allocated_cost:.2f} USD): the two topics disagree on the "
+                    "allocated GPU time (records missing from one: retention, a worker down)"
+                )
+        return notes
