@@ -104,7 +104,7 @@ def test_topics_create_is_idempotent_from_the_command_line(
     try:
         first = run("topics", "create", env=env)
         assert first.returncode == 0, first.stdout + first.stderr
-        assert first.stdout.count(" created") == len(ALL_TOPICS) == 12, first.stdout
+        assert first.stdout.count(" created") == len(ALL_TOPICS) == 13, first.stdout
         second = run("topics", "create", env=env)
         assert second.returncode == 0, second.stdout + second.stderr
         assert second.stdout.count(" exists") == len(ALL_TOPICS), second.stdout
