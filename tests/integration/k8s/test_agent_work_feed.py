@@ -5,6 +5,7 @@ increases handed to the next sample (`gpuwatch.run.agent.WorkUnitsFeed`)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,5 +102,5 @@ def test_the_feed_scrapes_its_nodes_pods_and_publishes_their_steps(
     records = [WORK_UNITS.decode(r.value) for r in consume(settings, topic)]
     assert {(r.pod, r.node) for r in records} == {("train-0", "n1")}
     assert sum(r.units["steps"] for r in records) == 300.0
-    for before, after in zip(records, records[1:], strict=False):
+    for before, after in itertools.pairwise(records):
         assert after.start == before.ts  # each scrape starts where the last one ended
