@@ -8,6 +8,8 @@ Redis database and metrics port, so it touches nothing of other tests.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -117,6 +119,37 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
     row = next(line for line in top.splitlines() if line.startswith("serving/chat-serving-0"))
     assert "/1k tokens" in row, row
 
+    # The chargeback report over the demo's topics: per hour and team, the groups and the
+    # unallocated GPU time add up to each hour's total; the cost per step is the hand-worked
+    # one where vision-train ran whole windows.
+    report = _report(demo_scope, "--by", "team", "--step", "1h", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(report)))
+    assert {r["kind"] for r in rows} >= {"group", "unallocated", "total"}, report
+    for step in {r["step_start"] for r in rows}:
+        of_step = [r for r in rows if r["step_start"] == step]
+        (total,) = [r for r in of_step if r["kind"] == "total"]
+        parts = [r for r in of_step if r["kind"] in ("group", "unallocated")]
+        assert sum(float(r["cost_usd"]) for r in parts) == pytest.approx(
+            float(total["cost_usd"]), abs=1e-6
+        ), of_step
+    assert any(r["group"] == "vision" and r["cost_per_unit_usd.steps"] for r in rows), report
+    table = _report(demo_scope, "--by", "team", "--step", "1h")
+    assert "(unallocated)" in table, table
+    assert "COST USD" in table, table
+
+
+def _report(scope: dict[str, str], *args: str) -> str:
+    """`gpuwatch report` over the demo's topics, its simulated time (run ahead of the wall
+    clock at its speed) inside the period; the output."""
+    span = [
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+        for t in (time.time() - 6 * 3600, time.time() + 6 * 3600)
+    ]
+    argv = [str(GPUWATCH), "report", "--from", span[0], "--to", span[1], *args]
+    done = run_command(argv, timeout_s=120, env={**os.environ, **scope})
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout
+
 
 def _uid(client: redis.Redis, pod: str) -> str:
     for state in ("queued", "running", "stalled", "finished"):
@@ -177,9 +210,11 @@ def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     """The incident scenario (producers/simulate/scenarios/README.md): an Xid 79 on a GPU of
     train-a at 150 s (firing until 451 s), a thermal slowdown of chat-serving's GPU from
     200 s (GpuThrottled 260 s to 380 s) and a 4-GPU job blocked by fragmentation from
-    185 s; the demo stops about 300 s in."""
-    argv = [str(GPUWATCH), "demo", "--scenario", "incident", "--speed", "10"]
-    argv += ["--duration", "33", "--no-ui"]
+    185 s; the demo stops about 350 s in. At 5 times speed: GpuThrottled fires 90
+    simulated seconds before the end, 18 s of wall time for a worker running behind on a
+    loaded machine to get there."""
+    argv = [str(GPUWATCH), "demo", "--scenario", "incident", "--speed", "5"]
+    argv += ["--duration", "70", "--no-ui"]
     result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
     assert result.returncode == 0, result.stderr + result.stdout
 

@@ -211,12 +211,15 @@ def test_once_as_a_user_runs_it(stack: Settings, prefix: str, written: int) -> N
         "pods: stalled 1  queued 1  running 1  finished 1  |  gpus 3  |  alerts firing 2  |  "
         "sort waste"
     )
+    # The records are the examples': 600 steps a window, so a step costs the pod's cost
+    # over 600 a window (train-0: $1.10 over 2 windows, $0.000917).
     assert section(out, "PODS") == [
-        "POD|TEAM|STATE|REASON|FOR|SHARE|VRAM|COST $|WASTE $|GPUS",
-        "ml/train-0|vision|stalled|Idle|2h10m|2%|57.0Gi|1.10|0.4000|1 GPU-8f3c2a1e",
-        "ml/old-1|-|finished|Completed|6h30m|50%|1.0Gi|3.00|0.2000|1 GPU-5c6d7e8f",
-        "research/notebook-ana-0|nlp|running|-|3h20m|90%|20.0Gi|2.00|0.0500|1 GPU-2b9e7c44",
-        "ml/eval-3|vision|queued|Unschedulable|1h05m|-|-|0.0000|0.0000|0",
+        "POD|TEAM|STATE|REASON|FOR|SHARE|VRAM|COST $|WASTE $|GPUS|$/UNIT",
+        "ml/train-0|vision|stalled|Idle|2h10m|2%|57.0Gi|1.10|0.4000|1 GPU-8f3c2a1e|$0.000917/steps",
+        "ml/old-1|-|finished|Completed|6h30m|50%|1.0Gi|3.00|0.2000|1 GPU-5c6d7e8f|$0.005/steps",
+        "research/notebook-ana-0|nlp|running|-|3h20m|90%|20.0Gi|2.00|0.0500|1 GPU-2b9e7c44|"
+        "$0.00333/steps",
+        "ml/eval-3|vision|queued|Unschedulable|1h05m|-|-|0.0000|0.0000|0|-",
     ]
     gpus = section(out, "GPUS")
     assert gpus[0] == "GPU|NODE|MODEL|UTIL|VRAM USED/TOTAL|IDLE FOR|SEEN|OWNERS"
@@ -376,7 +379,7 @@ def test_capacity_and_a_blocked_pod_as_a_user_sees_them(stack: Settings, prefix:
     assert lines[2] == f"capacity: {H100} free 6 (stranded 6) · reclaimable 1 · blocked 1"
     assert section(result.stdout, "PODS")[4] == (
         "ml/eval-3|vision|queued|Unschedulable; blocked: wants 4, best node 2, 6 free|1h05m|"
-        "-|-|0.0000|0.0000|0"
+        "-|-|0.0000|0.0000|0|-"
     )
     result = gpuwatch("top", "--json", "--key-prefix", prefix, url=url)
     doc = json.loads(result.stdout)
