@@ -34,6 +34,7 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
         "gpuwatch_late_events": {(): float(counters.late)},
         "gpuwatch_duplicate_events": {(): float(counters.duplicates)},
         "gpuwatch_samples_missing": {(): float(counters.samples_missing)},
+        "gpuwatch_work_units_dropped": {(): float(counters.units_dropped)},
     }
 
 

@@ -117,6 +117,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_late_events": ("counter", "Inputs with a part for a window already closed", ()),
     "gpuwatch_duplicate_events": ("counter", "Redelivered inputs that changed nothing", ()),
     "gpuwatch_samples_missing": ("counter", "Node samples lost, by their seq numbers", ()),
+    "gpuwatch_work_units_dropped": (
+        "counter",
+        "Pods' units of work left out: their sample had no usage of the pod, or came late",
+        (),
+    ),
     "gpuwatch_alerts": (
         "counter",
         "In-stream alert messages",

@@ -35,6 +35,7 @@ from schemas.alert import Alert
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
+from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
 from streams.core.fleet import (
@@ -56,7 +57,7 @@ from streams.core.gpu_alerts import (
     still_firing,
 )
 from streams.core.gpu_health import HEALTH_SEVERITY
-from streams.core.integrals import PriceBook, integrate_sample
+from streams.core.integrals import PriceBook, SampleIntegrals, integrate_sample
 from streams.core.node_doc import (
     NodeDoc,
     NodeRuntime,
@@ -263,6 +264,21 @@ class NodePartition:
             runtime = self.nodes[key] = self._runtime(doc)
         return runtime
 
+    def _usage(
+        self,
+        node: NodeRuntime,
+        integrals: SampleIntegrals,
+        frontier: int | None,
+        sample: NvmlSample,
+    ) -> list[PodUsage]:
+        """The pod usage messages the sample completes; its units of work left out counted."""
+        if not sample.work:
+            return node.usage.add(integrals, frontier)
+        dropped = node.usage.units_dropped
+        usage = node.usage.add(integrals, frontier, sample.work)
+        self.counters.units_dropped += node.usage.units_dropped - dropped
+        return usage
+
     def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         c = self.config
         sample = out.decode(NVML_SAMPLES, source, raw, check_sample, c.now_ms)
@@ -286,7 +302,7 @@ class NodePartition:
         rules = c.rules.of(sample.cluster)
         integrals = integrate_sample(sample, rules.idle_util_pct, c.prices, view)
         late_before = node.usage.late
-        usage = node.usage.add(integrals, frontier, sample.work)
+        usage = self._usage(node, integrals, frontier, sample)
         if node.windows.add(integrals) or node.usage.late != late_before:
             self.counters.late += 1
         out.emit_all(POD_USAGE, usage)

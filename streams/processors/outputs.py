@@ -74,6 +74,9 @@ class Counters:
     """Node samples lost between two received ones, by `seq`."""
     unknown_devices: int = 0
     """Allocated device ids that no GPU of the sample reports (warnings, not errors)."""
+    units_dropped: int = 0
+    """Pods' units of work of a sample left out: the sample has no usage of the pod, or the
+    part of it they belong to (its start) was late."""
     ticks: int = 0
     """Ticks applied."""
     by_topic: dict[str, int] = field(default_factory=dict)

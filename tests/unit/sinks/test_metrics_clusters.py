@@ -32,6 +32,7 @@ PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_pipeline_lag_seconds", "gpuwatch_events", "gpuwatch_deadletter",
     "gpuwatch_late_events", "gpuwatch_duplicate_events", "gpuwatch_samples_missing",
     "gpuwatch_metrics_series_dropped", "gpuwatch_metrics_tracked",
+    "gpuwatch_work_units_dropped",
 }  # fmt: skip
 
 

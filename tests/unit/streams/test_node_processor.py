@@ -24,6 +24,7 @@ from test_gpu_alerts_fixtures import (
 from schemas import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE, DeadLetter, NvmlSample
 from schemas.deadletter import TOPIC as DEADLETTER
 from schemas.ids import NodeName
+from schemas.nvml_sample import PodWork
 from schemas.prices import BUILTIN_PRICES
 from streams.core.integrals import PriceBook
 from streams.core.ticks import Tick
@@ -206,3 +207,18 @@ def test_data_after_a_week_long_gap_is_taken_and_only_the_wall_clock_bounds_the_
     (letter,) = decoded(out, DEADLETTER)
     assert "more than a day ahead of the wall clock" in letter.error
     assert part.stream_time == W0 + week + 4 * S
+
+
+def test_units_of_work_go_with_the_pods_usage_and_those_of_a_pod_without_any_are_counted() -> None:
+    counters = Counters()
+    part, out = NodePartition(0, config(), counters), Outputs(PREFIX, Counters())
+    items = samples(0, 12)
+    work = (
+        PodWork(pod_uid=POD_P, units={"steps": 150.0}),
+        PodWork(pod_uid=POD_Q, units={"steps": 40.0}),  # Q holds nothing in the samples
+    )
+    items[5] = msgspec.structs.replace(items[5], work=work)
+    feed(part, items, out)
+    usage = decoded(out, POD_USAGE)
+    assert [u.units for u in usage if u.units] == [{"steps": 150.0}]
+    assert counters.units_dropped == 1
