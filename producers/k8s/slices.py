@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from producers.k8s.api import ApiError
 from producers.podresources.dra import DeviceKey, DraDevice, table_from_slices
 
-__all__ = ["RESOURCE_SLICES_PATH", "ApiCaller", "ResourceSliceDevices"]
+__all__ = ["RESOURCE_SLICES_PATH", "ApiCaller", "ResourceSliceDevices", "node_items"]
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +109,22 @@ class ResourceSliceDevices:
         """Every page of this node's slices. ValueError for an answer that is not a list."""
         if self._api is None:
             self._api = self._connect()
-        items: list[Mapping[str, Any]] = []
-        token: str | None = None
-        while True:
-            query = {"fieldSelector": f"spec.nodeName={self._node}", "limit": str(PAGE)}
-            if token:
-                query["continue"] = token
-            body = json.loads(self._api.call("GET", f"{RESOURCE_SLICES_PATH}?{urlencode(query)}"))
-            if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-                raise ValueError("the ResourceSlice list is not a list")
-            items.extend(i for i in body["items"] if isinstance(i, dict))
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        return node_items(self._api, RESOURCE_SLICES_PATH, self._node, "ResourceSlice")
+
+
+def node_items(api: ApiCaller, path: str, node: str, what: str) -> list[Mapping[str, Any]]:
+    """Every page of the objects of collection `path` on `node` (fieldSelector
+    spec.nodeName). ValueError for an answer that is not a list of `what`."""
+    items: list[Mapping[str, Any]] = []
+    token: str | None = None
+    while True:
+        query = {"fieldSelector": f"spec.nodeName={node}", "limit": str(PAGE)}
+        if token:
+            query["continue"] = token
+        body = json.loads(api.call("GET", f"{path}?{urlencode(query)}"))
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise ValueError(f"the {what} list is not a list")
+        items.extend(i for i in body["items"] if isinstance(i, dict))
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return items

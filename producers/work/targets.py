@@ -11,7 +11,6 @@ it is logged once per pod and counted, and the pod is not scraped.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -19,10 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Protocol
-from urllib.parse import urlencode
 
 from producers.k8s.api import ApiError
-from producers.k8s.slices import ApiCaller
+from producers.k8s.slices import ApiCaller, node_items
 from schemas.ids import NodeName, PodUid
 
 __all__ = [
@@ -45,7 +43,6 @@ PORT_ANNOTATION: Final = "gpuwatch.io/work-port"
 PATH_ANNOTATION: Final = "gpuwatch.io/work-path"
 DEFAULT_PATH: Final = "/metrics"
 PODS_PATH: Final = "/api/v1/pods"
-PAGE = 500
 
 UNIT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 """`schemas.fields.UnitName`'s pattern: a unit name is a key of `WorkUnits.units`."""
@@ -258,16 +255,4 @@ class ApiTargets:
         """Every page of this node's pods. ValueError for an answer that is not a list."""
         if self._api is None:
             self._api = self._connect()
-        items: list[Mapping[str, Any]] = []
-        token: str | None = None
-        while True:
-            query = {"fieldSelector": f"spec.nodeName={self._node}", "limit": str(PAGE)}
-            if token:
-                query["continue"] = token
-            body = json.loads(self._api.call("GET", f"{PODS_PATH}?{urlencode(query)}"))
-            if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-                raise ValueError("the pod list is not a list")
-            items.extend(i for i in body["items"] if isinstance(i, dict))
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        return node_items(self._api, PODS_PATH, self._node, "pod")
