@@ -186,6 +186,16 @@ class WindowSettings(BaseModel):
     """A node partition caught up with its input and this far (event time, at least its
     longest sample interval) behind the others' is idle: it no longer holds the pod side's
     watermark back. Data it sends later for windows closed meanwhile is late."""
+    revision_horizon_s: int = Field(default=3_600, ge=0, le=7 * 86_400)
+    """How long (event time, behind the stream time) a closed window can still be revised:
+    usage that arrives after its window closed, within this horizon, emits the window's
+    whole record again with a higher `revision`. Later than that it is late and counted.
+    An hour covers a node agent's outbox draining after an hour without Kafka; 0 turns
+    revisions off."""
+    max_clock_skew_s: int = Field(default=300, ge=1, le=86_400)
+    """A sample, node or pod event dated more than this ahead of the worker's wall clock
+    goes to the dead-letter topic and moves no stream time: one wrong clock (or a producer
+    holding the Kafka credential) would otherwise close every other node's windows."""
 
 
 class ClusterRules(BaseModel):
@@ -503,6 +513,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WINDOW_S": ("windows", "window_s"),
     "GPUWATCH_ALLOWED_LATENESS_S": ("windows", "allowed_lateness_s"),
     "GPUWATCH_SOURCE_IDLE_AFTER_S": ("windows", "source_idle_after_s"),
+    "GPUWATCH_REVISION_HORIZON_S": ("windows", "revision_horizon_s"),
+    "GPUWATCH_MAX_CLOCK_SKEW_S": ("windows", "max_clock_skew_s"),
     "GPUWATCH_IDLE_UTIL_PCT": ("rules", "idle_util_pct"),
     "GPUWATCH_STALL_AFTER_S": ("rules", "stall_after_s"),
     "GPUWATCH_QUEUED_ALERT_AFTER_S": ("rules", "queued_alert_after_s"),

@@ -84,6 +84,7 @@ WORK = {
     "work_units": "gpuwatch.attribution/v1",
     "cost_per_unit": "gpuwatch.attribution/v1",
 }
+REVISED = {"gpuwatch.attribution/v1", "gpuwatch.gpu.window/v1"}
 
 
 @pytest.mark.parametrize("spec", ALL_TOPICS, ids=lambda s: s.name)
@@ -94,12 +95,16 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         # Present-but-null is how "unknown" is said; the optional fields are those added
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
         # readings, a pod's GPU models and an allocation's claim, whose absence means null,
-        # and the units of work, whose absence means none.
+        # the units of work, whose absence means none, and a window's revision, whose
+        # absence means the first copy.
         optional = set(obj["properties"]) - set(obj["required"])
         assert optional <= {
             "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH,
-            *WORK,
+            *WORK, "revision",
         }, obj["title"]  # fmt: skip
+        if "revision" in optional:
+            assert obj["title"] in REVISED, obj["title"]
+            assert obj["properties"]["revision"]["default"] == 0
         for name in optional & set(WORK):
             assert obj["title"] == WORK[name], name
             assert obj["properties"][name]["default"] in ({}, []), name
