@@ -169,15 +169,22 @@ def label_text(names: Iterable[str], values: Iterable[str]) -> str:
     )
 
 
+_USAGE_RANK = 1 << 62
+"""The rank of a pod.usage reading: at an equal event time it beats any window's."""
+
+
 @dataclass(slots=True)
 class PodGpu:
-    """A pod's latest share and VRAM on one GPU (`ts` orders readings by event time)."""
+    """A pod's latest share and VRAM on one GPU, ordered by (`ts`, `rank`): the event time
+    the reading is as of, then _USAGE_RANK for a pod.usage reading or the revision of a
+    window's."""
 
     labels: tuple[str, str]
     text: str
     share: float | None
     memory_bytes: float
     ts: int
+    rank: int = _USAGE_RANK
 
 
 @dataclass(slots=True)
@@ -198,15 +205,33 @@ class PodSeries:
     def __post_init__(self) -> None:
         self.text = label_text(_POD, self.labels)
 
-    def put_gpu(self, uuid: str, model: str, share: float | None, size: int, ts: int) -> None:
-        """The pod's share and VRAM on a GPU, unless a reading of a later event time holds."""
+    def put_gpu(
+        self,
+        uuid: str,
+        model: str,
+        share: float | None,
+        size: int,
+        ts: int,
+        *,
+        window: int | None = None,
+    ) -> None:
+        """The pod's share and VRAM on a GPU, unless a reading later in (`ts`, rank) holds.
+
+        A usage reading (`window` None) is the pod's own share over a few seconds. A closed
+        window's (`window` its revision) ranks below a usage reading of the same time, and
+        its None share leaves the share shown as it is: a window tells the pod's own share
+        only on a GPU it held alone (sinks/prometheus/metrics.py, `_window_share`).
+        """
+        rank = _USAGE_RANK if window is None else window
         gpu = self.gpus.get(uuid)
         if gpu is None:
             labels = (clean(uuid), clean(model))
             text = label_text(("gpu", "model"), labels)
-            self.gpus[uuid] = PodGpu(labels, text, share, float(size), ts)
-        elif ts >= gpu.ts:
-            gpu.share, gpu.memory_bytes, gpu.ts = share, float(size), ts
+            self.gpus[uuid] = PodGpu(labels, text, share, float(size), ts, rank)
+        elif (ts, rank) >= (gpu.ts, gpu.rank):
+            if share is not None or window is None:
+                gpu.share = share
+            gpu.memory_bytes, gpu.ts, gpu.rank = float(size), ts, rank
 
 
 @dataclass(slots=True)

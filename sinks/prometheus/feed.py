@@ -186,6 +186,7 @@ class MetricsFeed(ConsumerLoop):
                     nodes.add((record.cluster, record.node))  # node names repeat across clusters
                 m.observe_sample(record)
             elif isinstance(record, PodUsage):
+                owned.add(record.uid)  # usage of a pod not known yet is kept: forgotten with it
                 m.observe_usage(record)
             elif isinstance(record, Capacity):
                 owned.add(record.key())

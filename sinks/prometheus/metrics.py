@@ -27,6 +27,11 @@ one is not counted (windows close in order, so only a replay does this); the mar
 in this process, so records re-consumed after a restart, or by a new owner after a
 rebalance, count again; marks of the least recently seen pods and GPUs are forgotten past
 `2 * max_pod_series` and `max_gpu_series` keys.
+
+A pod's share on a GPU is its own compute share: pod.usage's mean, or a window's used over
+allocated GPU-seconds only where the pod held the GPU alone (on a GPU shared by k pods that
+ratio is k times its share). Usage of a pod not known yet (a backlog brings usage before
+the lifecycle that names the pod) waits for it, for the latest `max_pod_series` such pods.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from collections.abc import Set as AbstractSet
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from schemas.alert import Alert
-from schemas.attribution import Attribution
+from schemas.attribution import Attribution, GpuAttribution
 from schemas.capacity import Capacity
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
@@ -106,6 +111,20 @@ class Marks:
         return True
 
 
+def _window_share(gpu: GpuAttribution) -> float | None:
+    """The pod's own compute share over a window, where the window tells it: on a GPU the
+    pod held alone (`exclusive`), its used over its allocated GPU-seconds; None otherwise.
+
+    The seconds of a GPU shared by k pods count 1/k to each while the used seconds are the
+    pod's own share times the seconds, so their ratio is k times the share (a pod at 30 %
+    of a GPU time-sliced three ways read 0.9). pod.usage carries the pod's own share.
+    """
+    seconds = gpu.allocated_gpu_seconds
+    if gpu.method != "exclusive" or seconds <= 0:
+        return None
+    return min(1.0, gpu.used_gpu_seconds / seconds)
+
+
 class WorkerMetrics:
     """Metric state of one worker process, rendered by a custom collector at scrape time."""
 
@@ -136,6 +155,9 @@ class WorkerMetrics:
         self._removed = Marks(2 * max_pod_series)  # uid -> finish ts: replays do not revive it
         self._gpus: dict[str, GpuSeries] = {}
         self._pod_marks, self._gpu_marks = Marks(2 * max_pod_series), Marks(max_gpu_series)
+        # uid -> uuid -> (model, share, VRAM, end_ts): the newest usage of pods not known yet
+        self._early: OrderedDict[str, dict[str, tuple[str, float | None, int, int]]]
+        self._early = OrderedDict()
         self._alert_marks = Marks(max_label_sets)
         self._firing = FiringAlerts(max_alert_series)
         self._capacity = CapacitySeries(max_capacity_keys)
@@ -167,19 +189,27 @@ class WorkerMetrics:
                 self._finished.pop(rec.uid, None)
 
     def observe_usage(self, rec: PodUsage) -> None:
-        """Live share and VRAM of a pod already known from its lifecycle or attribution."""
+        """Live share and VRAM of a pod; kept for a pod not known yet from its lifecycle or
+        attribution (they name it) until they come.
+
+        A backlog brings a pod's usage before its lifecycle: the worker writes pod.usage
+        first and the pod side's records from it, and a consumer reads topics at their own
+        pace. Dropped, the usage left the share to the windows.
+        """
         now = self._clock()
         with self._lock:
             self._advance(rec.end_ts)
             pod = self._pods.get(rec.uid)
             if pod is None:
+                self._keep_early(rec)
                 return
             pod.touched = now
             for gpu in rec.gpus:
                 pod.put_gpu(gpu.uuid, gpu.model, gpu.share_mean, gpu.vram_peak_bytes, rec.end_ts)
 
     def observe_attribution(self, rec: Attribution) -> None:
-        """Cost and waste of a closed window (once per identity), and the pod's share and VRAM."""
+        """Cost and waste of a closed window (once per identity), and the pod's VRAM and, on
+        a GPU it held alone, its share."""
         now, team = self._clock(), rec.labels.get(self._team)
         with self._lock:
             self._advance(rec.window_end)
@@ -202,10 +232,9 @@ class WorkerMetrics:
                     if usd is not None
                 }
             for gpu in rec.gpus:
-                seconds = gpu.allocated_gpu_seconds
-                known = gpu.method != "unknown" and seconds > 0
-                share = min(1.0, gpu.used_gpu_seconds / seconds) if known else None
-                pod.put_gpu(gpu.uuid, gpu.model, share, gpu.vram_peak_bytes, rec.window_end)
+                share = _window_share(gpu)
+                size, end = gpu.vram_peak_bytes, rec.window_end
+                pod.put_gpu(gpu.uuid, gpu.model, share, size, end, window=rec.revision)
 
     def observe_gpu_window(self, rec: GpuWindow) -> None:
         """Idle seconds of a closed GPU window, allocated and not, once per (uuid, window_start)."""
@@ -300,6 +329,7 @@ class WorkerMetrics:
             for uid in pods:
                 self._pods.pop(uid, None)
                 self._finished.pop(uid, None)
+                self._early.pop(uid, None)
             for uuid in gpus:
                 self._gpus.pop(uuid, None)
             if gone_nodes:
@@ -382,8 +412,26 @@ class WorkerMetrics:
                 self._dropped["pod"] += 1
                 return None
             pod = self._pods[uid] = PodSeries(labels, now)
+            for uuid, (model, share, size, end) in self._early.pop(uid, {}).items():
+                pod.put_gpu(uuid, model, share, size, end)
         pod.touched = now
         return pod
+
+    def _keep_early(self, rec: PodUsage) -> None:
+        """The newest usage per GPU of a pod not known yet, for the latest `max_pod_series`
+        such pods; none of a pod finished and removed."""
+        finished = self._removed.last(rec.uid)
+        if finished is not None and rec.end_ts <= finished:
+            return
+        early = self._early.get(rec.uid)
+        if early is None:
+            early = self._early[rec.uid] = {}
+            if len(self._early) > self._max_pods:
+                self._early.popitem(last=False)
+        for gpu in rec.gpus:
+            held = early.get(gpu.uuid)
+            if held is None or rec.end_ts >= held[3]:
+                early[gpu.uuid] = (gpu.model, gpu.share_mean, gpu.vram_peak_bytes, rec.end_ts)
 
     def _gpu(self, uuid: str, node: str, model: str, cluster: str, now: float) -> GpuSeries | None:
         gpu = self._gpus.get(uuid)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import redis
 from support import free_port
@@ -20,15 +22,19 @@ from worker_fixtures import (
     StartWorker,
     aligned_t0,
     decoded,
+    pod_event,
     produce,
     scenario,
     wait_for,
 )
 
-from schemas import ALERTS, ATTRIBUTION, POD_LIFECYCLE
+from schemas import ALERTS, ATTRIBUTION, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE, NvmlSample
+from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
+
+S = 1000
 
 
 @pytest.fixture
@@ -170,3 +176,67 @@ def test_the_worker_fills_redis_once_it_comes_up_and_serves_the_pods_on_metrics(
     assert sink.process.returncode == 0, sink.log
     assert exporter.process.returncode == 0, exporter.log
     assert "rejected=0" in sink.log
+
+
+def time_sliced(settings: Settings, t0: int, node: str, seconds: int) -> list[Any]:
+    """Three pods time-slicing one GPU, each process at SM 30 % (the device at 90 %): pod
+    events at t0 - 5 s, then `seconds` node samples 1 s apart, as messages to produce."""
+    gpu_uuid = f"GPU-{uuid.uuid4()}"
+    pods = [(str(uuid.uuid4()), f"slice-{i}") for i in range(3)]
+    created = t0 - 60 * S
+    events = [
+        pod_event(uid, name, ts=t0 - 5 * S, rv=10 + i, node=node, created_at=created)
+        for i, (uid, name) in enumerate(pods)
+    ]
+    raw = example("gpuwatch.nvml.sample/v1")
+    reading = raw["gpus"][0] | {"uuid": gpu_uuid, "sharing": "time-slicing", "util_pct": 90.0}
+    process = reading["processes"][0]
+    reading["processes"] = [
+        process | {"pid": 100 + i, "pod_uid": uid, "sm_pct": 30.0, "mem_bytes": 10 * 2**30}
+        for i, (uid, _) in enumerate(pods)
+    ]
+    reading["mem_used_bytes"] = 30 * 2**30
+    allocation = raw["allocations"][0]
+    allocations = [
+        allocation | {"pod_uid": uid, "pod": name, "device_ids": [gpu_uuid]} for uid, name in pods
+    ]
+    pods_topic = K8S_PODS.full_name(settings.kafka.topic_prefix)
+    samples_topic = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
+    messages: list[Any] = [(pods_topic, e.uid.encode(), K8S_PODS.encode(e), None) for e in events]
+    for second in range(seconds):
+        sample = raw | {"node": node, "ts": t0 + second * S, "seq": second + 1}
+        sample |= {"gpus": [reading], "allocations": allocations}
+        value = NVML_SAMPLES.encode(msgspec.convert(sample, NvmlSample))
+        messages.append((samples_topic, node.encode(), value, None))
+    return messages
+
+
+def test_a_time_sliced_pods_share_after_a_backlog_is_its_own_not_k_times_it(
+    scoped: Settings, start_worker: StartWorker
+) -> None:
+    """The metrics sink and the worker start on a backlog: the worker writes each pod's
+    usage before its lifecycle and windows, and the sink reads them in that order. Each pod
+    shows its own share (SM 30 %), as a sink running live does, not its windows' used over
+    allocated seconds (3 x 30 %: a GPU's seconds count a third to each of 3 sharers)."""
+    produce(scoped, time_sliced(scoped, aligned_t0(), "gwtest-sliced", 150))
+    port = free_port()
+    exporter = start_worker(
+        scoped, "exporter", env={"GPUWATCH_SINK_EXPORTER_PORT": str(port)}, sink="metrics"
+    )
+    worker = start_worker(scoped)
+    wait_for("two windows of each pod", lambda: len(decoded(scoped, ATTRIBUTION)) >= 6, worker)
+    cost = sum(a.cost_usd for a in decoded(scoped, ATTRIBUTION))
+
+    def served(name: str, **labels: str) -> float | None:
+        try:
+            return sample_value(metrics_text(port), name, **labels)
+        except OSError:  # not serving yet
+            return None
+
+    wait_for(
+        "every window on the metrics sink",
+        lambda: served("gpuwatch_cost_usd_total", namespace="ml") == pytest.approx(cost),
+        exporter,
+    )
+    shares = [served("gpuwatch_pod_gpu_share_ratio", pod=f"slice-{i}") for i in range(3)]
+    assert shares == [pytest.approx(0.3)] * 3

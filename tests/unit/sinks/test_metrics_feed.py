@@ -6,21 +6,23 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import msgspec
+import pytest
 from support.metric_records import POD as FIXTURE_POD
-from support.metric_records import T0, attribution, capacity, lifecycle, sample, worker
+from support.metric_records import T0, S, attribution, capacity, lifecycle, sample, usage, worker
 from support.metric_records import gpu as gpu_reading
 
 from schemas.settings import Settings
-from schemas.topics import ATTRIBUTION, CAPACITY, NVML_SAMPLES, POD_LIFECYCLE
+from schemas.topics import ATTRIBUTION, CAPACITY, NVML_SAMPLES, POD_LIFECYCLE, POD_USAGE
 from sinks.consumer import KafkaClient
 from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
 from sinks.prometheus.metrics import WorkerMetrics
 
 POD = FIXTURE_POD  # records that name no cluster: no cluster label
+TEAM = {"namespace": "ml", "team": "vision"}
 SETTINGS = Settings()
 PREFIX = SETTINGS.kafka.topic_prefix
-LIFECYCLE, ATTRIB, SAMPLES, CAPACITIES = (
-    s.full_name(PREFIX) for s in (POD_LIFECYCLE, ATTRIBUTION, NVML_SAMPLES, CAPACITY)
+LIFECYCLE, ATTRIB, SAMPLES, CAPACITIES, USAGE = (
+    s.full_name(PREFIX) for s in (POD_LIFECYCLE, ATTRIBUTION, NVML_SAMPLES, CAPACITY, POD_USAGE)
 )
 NOW_S = T0 / 1000 + 3600.0
 
@@ -232,3 +234,55 @@ def test_an_undecodable_record_is_counted_and_skipped() -> None:
 
 def test_the_metrics_sinks_group_is_their_own() -> None:
     assert metrics_group(SETTINGS) == "gpuwatch.metrics"
+
+
+def time_sliced() -> tuple[list[Msg], list[Msg], list[Msg]]:
+    """A pod at SM 30 % of a GPU time-sliced three ways, as the worker writes it: its
+    lifecycle, two minutes of usage (10 s each) and its two one-minute windows. A GPU's
+    seconds count a third to each sharer: a window's used over allocated seconds is 0.9."""
+    shared = {"sharing": "time-slicing", "method": "process"}
+    lives = [msg(LIFECYCLE, 3, POD_LIFECYCLE.encode(lifecycle(ts=T0 - 5 * S)))]
+    usages = []
+    for i in range(12):
+        record = usage(ts=T0 + i * 10 * S, share=0.3)
+        gpu = msgspec.structs.replace(
+            record.gpus[0], allocated_seconds=10 / 3, used_gpu_seconds=3.0, **shared
+        )
+        record = msgspec.structs.replace(record, end_ts=record.ts + 10 * S, gpus=(gpu,))
+        usages.append(msg(USAGE, 40 + i, POD_USAGE.encode(record)))
+    windows = []
+    for i in range(2):
+        record = attribution(start=T0 + i * 60 * S)
+        gpu = msgspec.structs.replace(
+            record.gpus[0], allocated_gpu_seconds=20.0, used_gpu_seconds=18.0, **shared
+        )
+        record = msgspec.structs.replace(record, gpus=(gpu,))
+        windows.append(msg(ATTRIB, 40 + i, ATTRIBUTION.encode(record)))
+    return lives, usages, windows
+
+
+def fed(polls: list[list[Msg]]) -> WorkerMetrics:
+    """A metrics sink fed `polls` after its partitions were placed."""
+    metrics = worker()
+    f = feed(metrics)
+    consumer = FakeConsumer({TP(LIFECYCLE, 0), TP(USAGE, 0), TP(ATTRIB, 0)}, [[], *polls])
+    while consumer.polls:
+        f.step(consumer)
+    return metrics
+
+
+def test_a_backlog_shows_a_time_sliced_pods_own_share_as_a_live_feed_does() -> None:
+    """Live, each record comes alone in event-time order (the lifecycle first, a window
+    10 s after it ends); a backlog brings each partition's records at once, the usage
+    before the lifecycle and windows made from it. Both show the pod's own 30 %."""
+    lives, usages, windows = time_sliced()
+    live = [*lives, *usages[:7], windows[0], *usages[7:], windows[1]]
+    one_by_one = fed([[record] for record in live])
+    all_at_once = fed([[*usages, *windows, *lives]])
+    share = "gpuwatch_pod_gpu_share_ratio"
+    labels = POD | {"gpu": "GPU-8f3c2a1e-5b7d-4c9a-8e6f-1d2b3c4a5e6f"}
+    labels |= {"model": "NVIDIA H100 80GB HBM3"}
+    for metrics in (one_by_one, all_at_once):
+        assert metrics.registry.get_sample_value(share, labels) == pytest.approx(0.3)
+        cost = metrics.registry.get_sample_value("gpuwatch_cost_usd_total", TEAM)
+        assert cost == pytest.approx(2 * 0.0658)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from support.metric_records import POD as FIXTURE_POD
 from support.metric_records import (
@@ -16,6 +17,7 @@ from support.metric_records import (
     worker,
 )
 
+from schemas.attribution import Attribution
 from sinks.prometheus.collector import MAX_LABEL_LEN
 from sinks.prometheus.metrics import SWEEP_EVERY_S
 
@@ -134,3 +136,71 @@ def test_a_pod_without_any_record_for_a_day_is_forgotten() -> None:
     assert len(series(metrics, "gpuwatch_pod_state")) == 2
     clock.now = 86_399.0 + SWEEP_EVERY_S  # full scans are throttled; the last one was at 86399
     assert [s["pod"] for s in series(metrics, "gpuwatch_pod_state")] == ["train-1"]
+
+
+def shared(record: Attribution, allocated: float, used: float) -> Attribution:
+    """The record with its GPU time-sliced: `allocated` and `used` GPU-seconds."""
+    gpu = msgspec.structs.replace(
+        record.gpus[0],
+        sharing="time-slicing",
+        method="process",
+        allocated_gpu_seconds=allocated,
+        used_gpu_seconds=used,
+    )
+    return msgspec.structs.replace(record, gpus=(gpu,), method="process")
+
+
+def test_a_window_of_a_shared_gpu_gives_vram_not_a_share() -> None:
+    """Seconds of a GPU shared by 3 pods count a third to each: 18 used of 20 allocated is
+    a pod at 30 %, not 90 %. Only pod.usage tells its own share there."""
+    metrics = worker()
+    metrics.observe_attribution(shared(attribution(start=T0), allocated=20.0, used=18.0))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) is None
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 61203283968
+    metrics.observe_usage(usage(ts=T0 + 60 * S, share=0.3, vram=5))
+    # A later window keeps the usage's share and shows its own VRAM.
+    metrics.observe_attribution(shared(attribution(start=T0 + 60 * S), allocated=20.0, used=18.0))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.3
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 61203283968
+
+
+@pytest.mark.parametrize("first", ["usage", "lifecycle"])
+def test_usage_of_a_pod_not_known_yet_shows_once_its_lifecycle_comes(first: str) -> None:
+    metrics = worker()
+    records = [usage(ts=T0 + 10 * S, share=0.3, vram=5), usage(ts=T0, share=0.9, vram=7)]
+    if first == "lifecycle":
+        metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    for record in records:
+        metrics.observe_usage(record)
+    if first == "usage":
+        assert series(metrics, "gpuwatch_pod_gpu_share_ratio") == []
+        metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.3  # the newest
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 5
+
+
+def test_usage_kept_for_unknown_pods_is_bounded_and_leaves_with_a_revoked_partition() -> None:
+    metrics = worker(max_pod_series=2)
+    for uid in ("u1", "u2", "u3"):
+        metrics.observe_usage(usage(uid, ts=T0, share=0.4))
+    metrics.forget(pods=["u3"])
+    for uid, pod in (("u1", "p1"), ("u2", "p2"), ("u3", "p3")):
+        metrics.observe_lifecycle(lifecycle(uid, to="finished", ts=T0, pod=pod))
+    # u1 was the oldest of three kept for two pods; u3 went with its partition.
+    shown = {s["pod"] for s in series(metrics, "gpuwatch_pod_gpu_share_ratio")}
+    assert shown == {"p2"}
+
+
+def test_a_usage_and_a_window_ending_together_show_the_usage_in_either_order() -> None:
+    window, reading = attribution(start=T0), usage(ts=T0 + 55 * S, share=0.5, vram=9)
+    assert reading.end_ts == window.window_end
+    for records in ((window, reading), (reading, window)):
+        metrics = worker()
+        metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+        for record in records:
+            if isinstance(record, Attribution):
+                metrics.observe_attribution(record)
+            else:
+                metrics.observe_usage(record)
+        assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.5
+        assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 9
