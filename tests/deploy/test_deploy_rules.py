@@ -150,6 +150,17 @@ def test_the_xid_severity_depends_on_the_code_so_one_rule_cannot_fix_it() -> Non
     assert gpu_health.xid_meaning(1)[1] == SEVERITY[BY_CODE] == "critical"  # a code not listed
 
 
+def longest_scrape_s() -> float:
+    """The longest scrape interval shipped: the local stack's, compose's, the chart's."""
+    scrapes = [
+        yaml.safe_load(path.read_text(encoding="utf-8"))["global"]["scrape_interval"]
+        for path in (PROMETHEUS / "prometheus.yml", PROMETHEUS / "prometheus-compose.yml")
+    ]
+    chart = yaml.safe_load(CHART_VALUES.read_text(encoding="utf-8"))
+    scrapes.append(chart["serviceMonitor"]["interval"])
+    return max(map(seconds, scrapes))
+
+
 def test_the_stream_rules_keep_firing_longer_than_a_dead_workers_partitions_are_away() -> None:
     """The session timeout, then a scrape of the new owner at the longest shipped interval,
     fit in keep_firing_for (the new owner's rebalance and state load take the rest)."""
@@ -157,13 +168,7 @@ def test_the_stream_rules_keep_firing_longer_than_a_dead_workers_partitions_are_
     assert len(kept) == 1
     (keep_firing_for,) = kept
     assert isinstance(keep_firing_for, str)
-    scrapes = [
-        yaml.safe_load(path.read_text(encoding="utf-8"))["global"]["scrape_interval"]
-        for path in (PROMETHEUS / "prometheus.yml", PROMETHEUS / "prometheus-compose.yml")
-    ]
-    chart = yaml.safe_load(CHART_VALUES.read_text(encoding="utf-8"))
-    scrapes.append(chart["serviceMonitor"]["interval"])
-    away_s = WorkerSettings().session_timeout_s + max(map(seconds, scrapes))
+    away_s = WorkerSettings().session_timeout_s + longest_scrape_s()
     assert seconds(keep_firing_for) > away_s
     assert seconds(keep_firing_for) <= 60  # a resolved alert leaves ALERTS at most a minute late
 
@@ -232,12 +237,13 @@ def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
 def test_promtool_accepts_the_rule_set(path: Path) -> None:
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 18 rules found" in done.stdout
+    assert "SUCCESS: 22 rules found" in done.stdout
 
 
 def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:
-    """Each job of prometheus.yml but the node agents' (NodeTelemetryMissing tells of a
-    silent node) is named by an `up` selector of the pipeline group."""
+    """Each gpuwatch job of prometheus.yml is named by an `up` selector of the pipeline
+    group: the node agents' too, as a fleet (NodeTelemetryMissing tells of one silent node
+    only while others report)."""
     jobs = {
         job["job_name"]
         for job in yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text("utf-8"))[
@@ -249,9 +255,39 @@ def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:
         for matcher in re.findall(r'\bup\{job(=~?)"([^"]*)"\}', rule["expr"]):
             op, value = matcher
             watched |= set(value.split("|")) if op == "=~" else {value}
-    assert watched == {j for j in jobs if j.startswith("gpuwatch-")} - {"gpuwatch-node-agent"}
+    assert watched == {j for j in jobs if j.startswith("gpuwatch-")}
     sink_down = alerts(STREAM)["GpuwatchSinkDown"]["expr"]
     assert 'up{job="gpuwatch-worker"} == 1' in sink_down  # absent sinks count while workers run
+
+
+def test_a_silent_fleet_pages_within_minutes_and_not_while_a_worker_restarts() -> None:
+    """GpuwatchNodeSamplesStopped fires its window plus its `for` after the last sample
+    read: within three minutes, and later than a dead worker's partitions are away (the
+    session timeout and a scrape of the new owner). Its window holds several scrapes."""
+    rule = alerts(STREAM)["GpuwatchNodeSamplesStopped"]
+    (window,) = re.findall(r"increase\(gpuwatch_events_total\{[^}]*\}\[(\w+)\]\)", rule["expr"])
+    assert 'topic=~".*nvml[.]samples"' in rule["expr"]
+    assert rule["labels"] == {"severity": "critical"}
+    silent_s = seconds(window) + seconds(rule["for"])
+    assert WorkerSettings().session_timeout_s + longest_scrape_s() < silent_s <= 180
+    assert seconds(window) >= 3 * longest_scrape_s()
+
+
+def test_a_silent_fleet_is_seen_three_ways_each_without_the_streams_help() -> None:
+    """From the workers' input, from the agents' scrapes, from what Kafka acknowledged to
+    each agent: none reads the stream's firing series, which a silent fleet does not set."""
+    pipeline = {rule["alert"]: rule for rule in groups(STREAM)["gpuwatch-pipeline"]}
+    views = {
+        "GpuwatchNodeSamplesStopped": {"gpuwatch_events_total"},
+        "GpuwatchAllNodeAgentsDown": set(),
+        "GpuwatchNodeAgentNotDelivering": {
+            "gpuwatch_agent_sent_total", "gpuwatch_agent_samples_total"
+        },
+    }  # fmt: skip
+    for name, metrics in views.items():
+        assert uses_only(pipeline[name]["expr"]) == metrics, name
+    assert 'absent(up{job="gpuwatch-node-agent"})' in pipeline["GpuwatchAllNodeAgentsDown"]["expr"]
+    assert {pipeline[name]["labels"]["severity"] for name in views} == {"critical", "warning"}
 
 
 def test_the_promtool_tests_cover_both_sets() -> None:
