@@ -199,8 +199,10 @@ class PodSeries:
     state_base_ms: int = 0
     gpus: dict[str, PodGpu] = field(default_factory=dict)
     per_unit: dict[str, float] = field(default_factory=dict)
-    """Cost per unit of work by unit name, of the window starting at `per_unit_ts`."""
+    """Cost per unit of work by unit name, of the window starting at `per_unit_ts`, revision
+    `per_unit_rev`."""
     per_unit_ts: int = -1
+    per_unit_rev: int = 0
 
     def __post_init__(self) -> None:
         self.text = label_text(_POD, self.labels)

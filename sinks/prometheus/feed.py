@@ -91,6 +91,8 @@ class MetricsFeed(ConsumerLoop):
         self.specs: dict[str, TopicSpec[Any]] = {s.full_name(prefix): s for s in FEED_TOPICS}
         super().__init__(settings.kafka, kafka, list(self.specs))
         self.metrics = metrics
+        # The windows read here are revised for this long: remember what was counted as long.
+        metrics.keep_revisions_for(settings.windows.revision_horizon_s)
         self.from_start = {spec.full_name(prefix) for spec in FROM_START}
         self.capacity_topic = CAPACITY.full_name(prefix)
         self.samples_topic = NVML_SAMPLES.full_name(prefix)

@@ -21,10 +21,16 @@ as read and turned into series at scrape time; a null reading has no series. Xid
 count per GPU and code from each sample later than the GPU's last (a redelivered sample
 counts once, an older one not at all).
 
-Window-derived counters are replay-safe: the newest `window_start` counted per pod and per
-GPU is kept, and only later windows add. Limits: an older window arriving after a newer
-one is not counted (windows close in order, so only a replay does this); the marks live
-in this process, so records re-consumed after a restart, or by a new owner after a
+Window-derived counters (cost, waste, idle seconds) count each window once, and a window
+the worker revises (the same `(uid | uuid, window_start)` again with a higher `revision`)
+by the difference to what was counted for it, never the whole record again; a redelivered
+copy or a lower revision adds nothing (`CountedWindows`, sinks/prometheus/marks.py). Memory
+is bounded: the figures counted are remembered for the revision horizon (an hour of event
+time, `keep_revisions_for`) and for at most `max_counted_windows` windows of pods and as
+many of GPUs; past either, a revision of a forgotten window adds nothing (the counters
+miss its difference rather than count the window twice). A window older than the newest
+counted for its pod or GPU and not remembered is a replay and is not counted; the marks
+live in this process, so records re-consumed after a restart, or by a new owner after a
 rebalance, count again; marks of the least recently seen pods and GPUs are forgotten past
 `2 * max_pod_series` and `max_gpu_series` keys.
 
@@ -65,6 +71,7 @@ from sinks.prometheus.collector import (
     label_text,
     serve,
 )
+from sinks.prometheus.marks import CountedWindows, Marks
 
 __all__ = ["Marks", "MetricsServeError", "NodeRef", "PipelineCounts", "WorkerMetrics", "serve"]
 
@@ -72,6 +79,7 @@ GPU_STALE_S = 30.0  # GPU gauges hide 30 s after the last sample: the node's tel
 STALE_POD_S = 86_400.0  # a pod with no record for a day is forgotten (its finish was lost)
 SWEEP_EVERY_S = 10.0  # full scans for quiet pods and GPUs at most this often, not every scrape
 MAX_UNITS = 16  # units of work shown per pod: an annotation names a handful
+REVISION_HORIZON_S = 3600.0  # the worker's default GPUWATCH_REVISION_HORIZON_S
 _NOBODY: AbstractSet[str] = frozenset()
 _COUNTERS = ("cost_usd", "waste_usd", "events", "deadletter", "alerts")
 
@@ -86,29 +94,6 @@ def _pod_labels(
 ) -> tuple[str, str, str, str, str]:
     """A pod's label values, in the order of POD_LABELS."""
     return (clean(namespace), clean(pod), clean(team), clean(node), clean(cluster))
-
-
-class Marks:
-    """The newest mark (window start, event time) seen per key, for the latest `size` keys."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._seen: OrderedDict[str, int] = OrderedDict()
-
-    def last(self, key: str) -> int | None:
-        """The key's newest mark; None when unknown or forgotten."""
-        return self._seen.get(key)
-
-    def advance(self, key: str, mark: int) -> bool:
-        """True, remembering `mark`, when it is newer than the key's last; False for a replay."""
-        last = self._seen.get(key)
-        if last is not None and mark <= last:
-            return False
-        self._seen[key] = mark
-        self._seen.move_to_end(key)
-        if len(self._seen) > self._size:
-            self._seen.popitem(last=False)
-        return True
 
 
 def _window_share(gpu: GpuAttribution) -> float | None:
@@ -137,6 +122,8 @@ class WorkerMetrics:
         max_label_sets: int = 10_000,
         max_alert_series: int = 50_000,
         max_capacity_keys: int = 1000,
+        max_counted_windows: int = 100_000,
+        revision_horizon_s: float = REVISION_HORIZON_S,
         finished_grace_s: float = 300.0,
         gpu_stale_s: float = GPU_STALE_S,
         team_label: str = "team",
@@ -154,7 +141,13 @@ class WorkerMetrics:
         self._finished: OrderedDict[str, float] = OrderedDict()  # uid -> clock when finished
         self._removed = Marks(2 * max_pod_series)  # uid -> finish ts: replays do not revive it
         self._gpus: dict[str, GpuSeries] = {}
-        self._pod_marks, self._gpu_marks = Marks(2 * max_pod_series), Marks(max_gpu_series)
+        horizon_ms = round(revision_horizon_s * 1000)
+        self._pod_windows = CountedWindows(
+            keys=2 * max_pod_series, size=max_counted_windows, horizon_ms=horizon_ms
+        )
+        self._gpu_windows = CountedWindows(
+            keys=max_gpu_series, size=max_counted_windows, horizon_ms=horizon_ms
+        )
         # uid -> uuid -> (model, share, VRAM, end_ts): the newest usage of pods not known yet
         self._early: OrderedDict[str, dict[str, tuple[str, float | None, int, int]]]
         self._early = OrderedDict()
@@ -208,15 +201,17 @@ class WorkerMetrics:
                 pod.put_gpu(gpu.uuid, gpu.model, gpu.share_mean, gpu.vram_peak_bytes, rec.end_ts)
 
     def observe_attribution(self, rec: Attribution) -> None:
-        """Cost and waste of a closed window (once per identity), and the pod's VRAM and, on
-        a GPU it held alone, its share."""
+        """Cost and waste of a closed window (once per identity, a revision by its
+        difference), and the pod's VRAM and, on a GPU it held alone, its share."""
         now, team = self._clock(), rec.labels.get(self._team)
         with self._lock:
             self._advance(rec.window_end)
-            if self._pod_marks.advance(rec.uid, rec.window_start):
+            figures = (rec.cost_usd, rec.waste_usd)
+            added = self._pod_windows.count(rec.uid, rec.window_start, rec.revision, figures)
+            if added is not None:
                 key = (clean(rec.namespace), clean(team), clean(rec.cluster))
-                self._add("cost_usd", key, rec.cost_usd)
-                self._add("waste_usd", key, rec.waste_usd)
+                self._add("cost_usd", key, added[0])
+                self._add("waste_usd", key, added[1])
             pod = self._pods.get(rec.uid)
             if pod is None and rec.state != "finished":
                 labels = _pod_labels(rec.namespace, rec.pod, team, rec.node, rec.cluster)
@@ -224,8 +219,8 @@ class WorkerMetrics:
             if pod is None:
                 return
             pod.touched = now
-            if rec.window_start >= pod.per_unit_ts:
-                pod.per_unit_ts = rec.window_start
+            if (rec.window_start, rec.revision) >= (pod.per_unit_ts, pod.per_unit_rev):
+                pod.per_unit_ts, pod.per_unit_rev = rec.window_start, rec.revision
                 pod.per_unit = {
                     clean(unit): usd
                     for unit, usd in sorted(rec.cost_per_unit.items())[:MAX_UNITS]
@@ -237,16 +232,22 @@ class WorkerMetrics:
                 pod.put_gpu(gpu.uuid, gpu.model, share, size, end, window=rec.revision)
 
     def observe_gpu_window(self, rec: GpuWindow) -> None:
-        """Idle seconds of a closed GPU window, allocated and not, once per (uuid, window_start)."""
+        """Idle seconds of a closed GPU window, allocated and not, once per (uuid,
+        window_start), a revision by its difference."""
         now = self._clock()
         with self._lock:
             self._advance(rec.window_end)
             gpu = self._gpu(rec.uuid, rec.node, rec.model, rec.cluster, now)
-            if gpu is None or not self._gpu_marks.advance(rec.uuid, rec.window_start):
+            if gpu is None:
+                return
+            held = rec.allocated_idle_seconds
+            figures = (held, max(0.0, rec.idle_seconds - held))
+            added = self._gpu_windows.count(rec.uuid, rec.window_start, rec.revision, figures)
+            if added is None:
                 return
             gpu.touched = now
-            gpu.idle_allocated_s += rec.allocated_idle_seconds
-            gpu.idle_unallocated_s += max(0.0, rec.idle_seconds - rec.allocated_idle_seconds)
+            gpu.idle_allocated_s += added[0]
+            gpu.idle_unallocated_s += added[1]
 
     def observe_sample(self, sample: NvmlSample) -> None:
         """Live utilization, allocation, unallocated access and health of the node's GPUs;
@@ -285,6 +286,13 @@ class WorkerMetrics:
         with self._lock:
             self._advance(rec.ts)
             self._dropped["capacity"] += self._capacity.observe(rec)
+
+    def keep_revisions_for(self, horizon_s: float) -> None:
+        """How long (event time behind the newest window) the figures counted per window are
+        kept for its revisions: the worker's revision horizon (`windows.revision_horizon_s`)."""
+        with self._lock:
+            horizon_ms = max(0, round(horizon_s * 1000))
+            self._pod_windows.horizon_ms = self._gpu_windows.horizon_ms = horizon_ms
 
     def show_firing(self, alert: Alert) -> None:
         """Show an alert a restored state says is firing, without counting it as a message

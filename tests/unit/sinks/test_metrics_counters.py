@@ -133,3 +133,84 @@ def test_events_dead_letters_and_lag() -> None:
 
 def test_no_lag_is_exported_before_the_worker_sets_one() -> None:
     assert value(worker(), "gpuwatch_pipeline_lag_seconds") is None
+
+
+IDLE = "gpuwatch_gpu_idle_seconds_total"
+GPU_1 = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
+
+
+def counted(metrics: WorkerMetrics) -> tuple[float | None, ...]:
+    """Cost, waste and idle seconds (allocated, not) as exported."""
+    return (
+        value(metrics, "gpuwatch_cost_usd_total", **TEAM),
+        value(metrics, "gpuwatch_waste_usd_total", **TEAM),
+        value(metrics, IDLE, **GPU_1, allocated="true"),
+        value(metrics, IDLE, **GPU_1, allocated="false"),
+    )
+
+
+def first_and_revised() -> tuple[list[Attribution | GpuWindow], list[Attribution | GpuWindow]]:
+    """A pod's and a GPU's window as first emitted (revision 0) and revised (revision 1:
+    data that came after it closed added cost, waste and idle seconds), with the window
+    after it in between."""
+    first: list[Attribution | GpuWindow] = [
+        attribution(start=T0, cost_usd=1.0, waste_usd=0.25),
+        window(start=T0, idle_seconds=30.0, allocated_idle_seconds=20.0),
+    ]
+    revised: list[Attribution | GpuWindow] = [
+        attribution(start=T0, cost_usd=1.5, waste_usd=0.5, revision=1),
+        window(start=T0, idle_seconds=45.0, allocated_idle_seconds=25.0, revision=1),
+    ]
+    return first, revised
+
+
+def test_a_revision_moves_the_counters_by_its_difference_and_a_lower_one_by_nothing() -> None:
+    first, revised = first_and_revised()
+    later = [
+        attribution(start=T0 + MINUTE, cost_usd=2.0, waste_usd=0.0),
+        window(start=T0 + MINUTE, idle_seconds=0.0, allocated_idle_seconds=0.0),
+    ]
+    metrics, alone = worker(), worker()
+    for record in [*first, *later, *revised, *first, *revised]:  # redeliveries of both
+        feed(metrics, record)
+    for record in [*revised, *later]:
+        feed(alone, record)
+    assert counted(metrics) == counted(alone) == (3.5, 0.5, 25.0, 20.0)
+
+
+def test_a_revision_read_before_the_first_copy_counts_once() -> None:
+    first, revised = first_and_revised()
+    metrics = worker()
+    for record in [*revised, *first]:
+        feed(metrics, record)
+    assert counted(metrics) == (1.5, 0.5, 25.0, 20.0)
+
+
+def test_a_revision_that_lowers_a_figure_leaves_the_counter_as_it_was() -> None:
+    """Counters never go down (a drop reads as a reset): the higher figure stays counted,
+    and a later revision counts from there."""
+    metrics = worker()
+    feed(metrics, attribution(start=T0, cost_usd=1.0, waste_usd=0.5))
+    feed(metrics, attribution(start=T0, cost_usd=1.25, waste_usd=0.25, revision=1))
+    assert counted(metrics)[:2] == (1.25, 0.5)
+    feed(metrics, attribution(start=T0, cost_usd=1.5, waste_usd=0.75, revision=2))
+    assert counted(metrics)[:2] == (1.5, 0.75)
+
+
+def test_a_revision_past_the_horizon_or_the_cap_adds_nothing() -> None:
+    """What was counted is kept for the revision horizon (event time behind the newest
+    window) and for at most `max_counted_windows` windows; a revision of a window
+    forgotten is not counted, rather than the window counted twice."""
+    metrics = worker(revision_horizon_s=120, max_counted_windows=100)
+    for minute in range(4):  # T0 .. T0 + 3 min: T0 starts more than 2 min before the newest
+        feed(metrics, attribution(start=T0 + minute * MINUTE, cost_usd=1.0))
+    feed(metrics, attribution(start=T0, cost_usd=5.0, revision=1))
+    feed(metrics, attribution(start=T0 + MINUTE, cost_usd=2.0, revision=1))
+    assert value(metrics, "gpuwatch_cost_usd_total", **TEAM) == 5.0
+
+    capped = worker(max_counted_windows=2)
+    for uid in ("u1", "u2", "u3"):
+        feed(capped, attribution(uid, start=T0, cost_usd=1.0))
+    for uid in ("u1", "u2", "u3"):
+        feed(capped, attribution(uid, start=T0, cost_usd=2.0, revision=1))
+    assert value(capped, "gpuwatch_cost_usd_total", **TEAM) == 5.0  # u1 forgotten

@@ -11,7 +11,7 @@ from support.metric_records import POD as FIXTURE_POD
 from support.metric_records import T0, S, attribution, capacity, lifecycle, sample, usage, worker
 from support.metric_records import gpu as gpu_reading
 
-from schemas.settings import Settings
+from schemas.settings import Settings, WindowSettings
 from schemas.topics import ATTRIBUTION, CAPACITY, NVML_SAMPLES, POD_LIFECYCLE, POD_USAGE
 from sinks.consumer import KafkaClient
 from sinks.prometheus.feed import LOOKBACK_S, MetricsFeed, metrics_group
@@ -80,11 +80,13 @@ def _no_consumer(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("the tests hand the consumer to step()")
 
 
-def feed(metrics: WorkerMetrics) -> MetricsFeed:
-    unused = KafkaClient(
-        consumer=_no_consumer, error=OSError, commit_failed=OSError, rebalancing=OSError
-    )
-    return MetricsFeed(SETTINGS, metrics, kafka=unused, wall=lambda: NOW_S)
+UNUSED = KafkaClient(
+    consumer=_no_consumer, error=OSError, commit_failed=OSError, rebalancing=OSError
+)
+
+
+def feed(metrics: WorkerMetrics, settings: Settings = SETTINGS) -> MetricsFeed:
+    return MetricsFeed(settings, metrics, kafka=UNUSED, wall=lambda: NOW_S)
 
 
 def msg(topic: str, offset: int, value: bytes, partition: int = 0) -> Msg:
@@ -286,3 +288,15 @@ def test_a_backlog_shows_a_time_sliced_pods_own_share_as_a_live_feed_does() -> N
         assert metrics.registry.get_sample_value(share, labels) == pytest.approx(0.3)
         cost = metrics.registry.get_sample_value("gpuwatch_cost_usd_total", TEAM)
         assert cost == pytest.approx(2 * 0.0658)
+
+
+def test_the_feed_keeps_what_was_counted_for_the_workers_revision_horizon() -> None:
+    settings = Settings(windows=WindowSettings(revision_horizon_s=60))
+    metrics = worker()
+    feed(metrics, settings)
+    for minute in range(3):
+        metrics.observe_attribution(attribution(start=T0 + minute * 60 * S, cost_usd=1.0))
+    # T0 starts two minutes before the newest window: forgotten, its revision adds nothing.
+    metrics.observe_attribution(attribution(start=T0, cost_usd=2.0, revision=1))
+    metrics.observe_attribution(attribution(start=T0 + 60 * S, cost_usd=2.0, revision=1))
+    assert metrics.registry.get_sample_value("gpuwatch_cost_usd_total", TEAM) == 4.0

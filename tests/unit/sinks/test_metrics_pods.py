@@ -204,3 +204,20 @@ def test_a_usage_and_a_window_ending_together_show_the_usage_in_either_order() -
                 metrics.observe_usage(record)
         assert value(metrics, "gpuwatch_pod_gpu_share_ratio", **GPU_LABELS) == 0.5
         assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 9
+
+
+def test_a_lower_revision_of_the_window_shown_does_not_replace_it() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle(to="running", ts=T0))
+    revised = attribution(start=T0, revision=1)
+    metrics.observe_attribution(revised)
+    metrics.observe_attribution(attribution(start=T0, gpus=[gpu_of(revised, vram=3)]))
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 61203283968
+    metrics.observe_attribution(attribution(start=T0, revision=2, gpus=[gpu_of(revised, vram=4)]))
+    assert value(metrics, "gpuwatch_pod_gpu_memory_bytes", **GPU_LABELS) == 4
+
+
+def gpu_of(record: Attribution, vram: int) -> dict[str, object]:
+    """The record's GPU as a dict, with another peak VRAM."""
+    raw: dict[str, object] = msgspec.to_builtins(record.gpus[0])
+    return raw | {"vram_peak_bytes": vram}

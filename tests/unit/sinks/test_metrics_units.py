@@ -45,3 +45,14 @@ def test_a_pod_without_units_has_no_series() -> None:
     metrics.observe_lifecycle(lifecycle("u2", to="running", ts=T0))
     metrics.observe_attribution(attribution("u2", T0, work_units={}, cost_per_unit={}))
     assert series(metrics, NAME) == []
+
+
+def test_the_newest_revision_of_the_latest_window_gives_the_cost_per_unit() -> None:
+    metrics = worker()
+    metrics.observe_lifecycle(lifecycle("u1", to="running", ts=T0))
+    metrics.observe_attribution(attribution("u1", T0, cost_per_unit={"steps": 0.000111}))
+    revised = {"steps": 0.000100}  # late steps came for the window: each cost less
+    metrics.observe_attribution(attribution("u1", T0, cost_per_unit=revised, revision=1))
+    assert value(metrics, NAME, **POD, unit="steps") == 0.0001
+    metrics.observe_attribution(attribution("u1", T0, cost_per_unit={"steps": 0.000111}))
+    assert value(metrics, NAME, **POD, unit="steps") == 0.0001
