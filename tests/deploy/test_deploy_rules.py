@@ -17,6 +17,7 @@ from typing import Any, get_args
 import msgspec
 import pytest
 import yaml
+from deploy_exposition import gpuwatch_exposition
 from support.commands import run_command
 
 import streams.core
@@ -237,7 +238,7 @@ def test_the_runbooks_agree_but_for_how_missing_telemetry_resolves() -> None:
 def test_promtool_accepts_the_rule_set(path: Path) -> None:
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 22 rules found" in done.stdout
+    assert "SUCCESS: 31 rules found" in done.stdout
 
 
 def test_every_gpuwatch_process_scraped_has_a_down_alert() -> None:
@@ -288,6 +289,28 @@ def test_a_silent_fleet_is_seen_three_ways_each_without_the_streams_help() -> No
         assert uses_only(pipeline[name]["expr"]) == metrics, name
     assert 'absent(up{job="gpuwatch-node-agent"})' in pipeline["GpuwatchAllNodeAgentsDown"]["expr"]
     assert {pipeline[name]["labels"]["severity"] for name in views} == {"critical", "warning"}
+
+
+# A counter of data gpuwatch took in, or should have, and left out, known by its name.
+LOSS_COUNTER = re.compile(
+    r"_(dropped|lost|rejected|missing|invalid|malformed|deadletter|late_events)_total$"
+)
+# Node samples the Redis sink cannot decode: the workers dead-letter the same samples
+# (GpuwatchDeadLetters), and the metrics sink counts them in its own invalid records.
+NOT_ALERTED = {"gpuwatch_sink_samples_invalid_total"}
+
+
+def test_every_loss_counter_gpuwatch_exports_has_an_alert() -> None:
+    losses = {name for name in gpuwatch_exposition() if LOSS_COUNTER.search(name)}
+    assert {
+        "gpuwatch_agent_dropped_total", "gpuwatch_agent_lost_total",
+        "gpuwatch_late_events_total", "gpuwatch_work_units_dropped_total",
+        "gpuwatch_sink_rejected_total", "gpuwatch_sink_metrics_invalid_total",
+    } <= losses  # fmt: skip
+    read: set[str] = set()
+    for rule in groups(STREAM)["gpuwatch-pipeline"]:
+        read |= uses_only(rule["expr"])
+    assert losses - read == NOT_ALERTED
 
 
 def test_the_promtool_tests_cover_both_sets() -> None:

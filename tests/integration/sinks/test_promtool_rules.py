@@ -20,7 +20,10 @@ ALERTS = {
     "GpuwatchMetricsSeriesDropped", "GpuXidError", "GpuEccUncorrectable", "GpuRowRemapFailure",
     "GpuThrottled", "PodBlockedByFragmentation", "GpuCapacityStranded", "WorkloadQueuedTooLong",
     "GpuwatchNodeSamplesStopped", "GpuwatchAllNodeAgentsDown", "GpuwatchNodeAgentDown",
-    "GpuwatchNodeAgentNotDelivering",
+    "GpuwatchNodeAgentNotDelivering", "GpuwatchNodeAgentSamplesDropped",
+    "GpuwatchNodeAgentSamplesLost", "GpuwatchNodeSamplesMissing", "GpuwatchLateEvents",
+    "GpuwatchWorkUnitsDropped", "GpuwatchRedisSinkRejected", "GpuwatchSinkInvalidRecords",
+    "GpuwatchK8sWatcherMessagesLost", "GpuwatchK8sWatcherMalformedObjects",
 }  # fmt: skip
 
 
@@ -34,7 +37,7 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules() -> None:
     checked = run("promtool", "check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 22 rules found" in checked.stdout
+    assert "SUCCESS: 31 rules found" in checked.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
