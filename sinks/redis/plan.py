@@ -147,14 +147,16 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
     """The script calls that apply `batch`, in batch order.
 
     GPU live states and GPU windows are coalesced per GPU to the newest one in the batch
-    (at 40,000 GPU-samples/s most of a batch is superseded readings), and capacity records
-    per key to the one the capacity hash would keep (`_capacity`); other records with the
-    same identity are planned once. The live states go out `GPU_LIVE_CHUNK` GPUs to a
-    call, where the first of them was in the batch.
+    (at 40,000 GPU-samples/s most of a batch is superseded readings; a window by start,
+    then revision), and capacity records per key to the one the capacity hash would keep
+    (`_capacity`); other records with the same identity are planned once, an attribution
+    window as its highest revision in the batch. The live states go out `GPU_LIVE_CHUNK`
+    GPUs to a call, where the first of them was in the batch.
     """
     opts = options or PlanOptions()
-    newest_gpu: dict[tuple[str, GpuUuid], tuple[int, int, GpuLive | GpuWindow]] = {}
+    newest_gpu: dict[tuple[str, GpuUuid], tuple[int, tuple[int, int], GpuLive | GpuWindow]] = {}
     newest_capacity: dict[str, tuple[int, Command]] = {}
+    newest_window: dict[tuple[object, ...], tuple[int, Attribution]] = {}
     planned: list[tuple[int, list[Command]]] = []
     seen: set[tuple[object, ...]] = set()
     for position, record in enumerate(batch):
@@ -167,13 +169,22 @@ def plan(batch: Iterable[SinkRecord], options: PlanOptions | None = None) -> lis
                 newest_capacity[command.args[0]] = (position, command)
         elif isinstance(record, GpuLive | GpuWindow):
             slot = (type(record).__name__, record.uuid)
-            order = record.ts if isinstance(record, GpuLive) else record.window_start
+            order = (
+                (record.ts, 0)
+                if isinstance(record, GpuLive)
+                else (record.window_start, record.revision)
+            )
             if slot not in newest_gpu or order >= newest_gpu[slot][1]:
                 newest_gpu[slot] = (position, order, record)
+        elif isinstance(record, Attribution):
+            window = newest_window.get(identity := _identity(record))
+            if window is None or record.revision > window[1].revision:
+                newest_window[identity] = (position if window is None else window[0], record)
         elif (identity := _identity(record)) not in seen:
             seen.add(identity)
             planned.append((position, _commands(record, opts)))
     planned += [(position, [command]) for position, command in newest_capacity.values()]
+    planned += [(position, [_attribution(r, opts)]) for position, r in newest_window.values()]
     live: list[tuple[int, GpuLive]] = []
     for position, _, record in newest_gpu.values():
         if isinstance(record, GpuLive):
@@ -248,7 +259,8 @@ def _lifecycle(record: PodLifecycle, opts: PlanOptions) -> list[Command]:
 
 
 def _attribution(record: Attribution, opts: PlanOptions) -> Command:
-    """Per-window cost and waste upserts, latest-window fields and the hour leaderboards."""
+    """Per-window cost and waste upserts, latest-window fields and the hour leaderboards;
+    nothing where a higher revision of the window was applied (pod_window.lua)."""
     keys, ws = opts.keys, record.window_start
     gpus = [
         {
@@ -270,6 +282,7 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
     args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
     args += [_named(record.cluster)]
     args += [_json(record.work_units) if record.work_units else ""]
+    args += [str(record.revision)]
     keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
     keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
     keys_ += [keys.waste_windows()]
@@ -407,7 +420,8 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
 
 
 def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
-    """The GPU hash's latest-window fields, unless a newer window already wrote them."""
+    """The GPU hash's latest-window fields, unless a later window, or a higher revision of
+    this one, already wrote them (`window_revision`: absent for revision 0)."""
     fields = {
         **_cluster_field(record.cluster),
         "node": record.node,
@@ -419,7 +433,8 @@ def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
         "window_unallocated_seconds": repr(record.unallocated_seconds),
         "window_unattributed_ratio": _s(record.unattributed_ratio),
     }
-    head = ("window_start", str(record.window_start), record.uuid)
+    order = ("window_start", str(record.window_start), "window_revision", str(record.revision))
+    head = (*order, record.uuid)
     return Command("hset_if_newer", (opts.keys.gpu(record.uuid),), (*head, *_flat(fields)))
 
 

@@ -3,15 +3,20 @@
 -- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
 -- prefixes (pods, namespaces), cluster ('' for the default one; a named cluster's namespaces
 -- rank as cluster/namespace), work_units of the window (JSON object; '' when the pod
--- reports no units of work). The pod's units over its windows so far, and the cost of
--- the windows that had each, are kept by the difference to this window's stored values
--- too: `work_units` and `cost_per_unit` of the pod are over its life. Totals and leaderboards move by the difference to the
--- value stored for this window, in nano-USD: a replay moves them by exactly zero.
+-- reports no units of work), revision. The pod's units over its windows so far, and the
+-- cost of the windows that had each, are kept by the difference to this window's stored
+-- values too: `work_units` and `cost_per_unit` of the pod are over its life. Totals and
+-- leaderboards move by the difference to the value stored for this window, in nano-USD: a
+-- replay moves them by exactly zero, a higher revision by what it changed. A revision lower
+-- than the one applied (`rev:{window_start}`, absent for 0) changes nothing.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
 end
 
 local uid, ns, ws, we = ARGV[1], ARGV[2], ARGV[6], tonumber(ARGV[7])
+local revision = tonumber(ARGV[20])
+if revision < tonumber(redis.call('HGET', KEYS[2], 'rev:' .. ws) or '0') then return 0 end
+if revision > 0 then redis.call('HSET', KEYS[2], 'rev:' .. ws, ARGV[20]) end
 local function usd(n)
   local s = string.format('%010d', math.abs(n))
   return (n < 0 and '-' or '') .. string.sub(s, 1, -10) .. '.' .. string.sub(s, -9)

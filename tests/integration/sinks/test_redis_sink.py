@@ -278,6 +278,62 @@ def test_waste_leaderboards_cover_the_last_hour(
     assert client.hget(f"{prefix}pod:{old}", "waste_usd") == "0.500000000"  # lifetime total stays
 
 
+def gpu_window(ws: int, idle: float, **kw: Any) -> GpuWindow:
+    """The example GPU's window from `ws`, `idle` seconds of it idle."""
+    fields = {"window_start": ws, "window_end": ws + MIN, "ts": ws + MIN, "idle_seconds": idle}
+    return _record("gpuwatch.gpu.window/v1", GpuWindow, **fields, **kw)
+
+
+def revised() -> tuple[list[SinkRecord], list[SinkRecord]]:
+    """A pod's and a GPU's window as first emitted and as revised by late data (more cost,
+    waste and units of work, more idle seconds), with the pod's next window."""
+    units = {"work_units": {"steps": 600.0}}
+    first: list[SinkRecord] = [window(POD_UID, MIN, 0.0033, **units), gpu_window(MIN, 30.0)]
+    later: list[SinkRecord] = [window(POD_UID, 2 * MIN, 0.01)]
+    again: list[SinkRecord] = [
+        window(POD_UID, MIN, 0.0133, cost=0.0758, revision=1, work_units={"steps": 700.0}),
+        gpu_window(MIN, 45.0, revision=1),
+    ]
+    return [*first, *later], [*again, *later]
+
+
+def test_a_revised_window_moves_the_totals_by_its_difference_and_a_lower_one_not_at_all(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    history, alone = revised()
+    first = history[:2]
+    other = f"gwtest-{uuid.uuid4().hex[:10]}:"
+    try:
+        with make_sink(stack, prefix) as sink, make_sink(stack, other) as reference:
+            sink.apply(history)
+            sink.apply(alone[:2])  # revision 1
+            sink.apply(first)  # revision 0 again, after 1
+            sink.apply([*first, *alone[:2], *first])  # all in one batch
+            reference.apply(alone)
+        assert snapshot(client, prefix) == snapshot(client, other)
+    finally:
+        _drop(client, other)
+    pod = client.hgetall(f"{prefix}pod:{POD_UID}")
+    assert (pod["cost_usd"], pod["waste_usd"]) == ("0.141600000", "0.023300000")
+    assert msgspec.json.decode(pod["work_units"]) == {"steps": 700 + 600}
+    assert client.zscore(f"{prefix}waste:pods", POD_UID) == pytest.approx(0.0233)
+    windows = client.hgetall(f"{prefix}pod:{POD_UID}:windows")
+    assert (windows[f"rev:{MIN}"], windows[f"cost:{MIN}"]) == ("1", "75800000")
+    gpu = client.hgetall(f"{prefix}gpu:{GPU_1}")
+    assert (gpu["window_idle_seconds"], gpu["window_revision"]) == ("45.0", "1")
+
+
+def test_a_later_gpu_window_of_revision_0_clears_the_revision_it_shows(
+    stack: Settings, client: redis.Redis, prefix: str
+) -> None:
+    with make_sink(stack, prefix) as sink:
+        sink.apply([gpu_window(MIN, 30.0), gpu_window(MIN, 45.0, revision=2)])
+        sink.apply([gpu_window(2 * MIN, 10.0)])
+    gpu = client.hgetall(f"{prefix}gpu:{GPU_1}")
+    assert (gpu["window_start"], gpu["window_idle_seconds"]) == (str(2 * MIN), "10.0")
+    assert "window_revision" not in gpu
+
+
 def test_a_named_clusters_pods_and_namespaces_are_written_as_its_own(
     stack: Settings, client: redis.Redis, prefix: str
 ) -> None:
@@ -486,6 +542,8 @@ def test_any_arrival_order_converges_to_the_same_state(
         capacity(2000, {"n2": 1}),
         capacity(2000, {"n1": 1}),  # the same ts: one of the two, whatever the order
         capacity(1500, {"n3": 3}, cluster="east"),
+        window(POD_UID, MIN, 0.0133, cost=0.0758, revision=1),  # late data revised it
+        _record("gpuwatch.gpu.window/v1", GpuWindow, idle_seconds=40.0, revision=1),
     ]
     shuffled = records[:]
     random.Random(seed).shuffle(shuffled)

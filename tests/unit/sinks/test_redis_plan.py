@@ -68,7 +68,8 @@ def gpu(uuid: str = GPU_0, ts: int = 1000, **changes: Any) -> GpuLive:
 
 def args_of(command: Command) -> dict[str, str]:
     """The field/value tail of an XADD or HSET-like call, from its first field name on."""
-    tail = command.args[4:] if command.script == "timeline_add" else command.args[3:]
+    start = {"timeline_add": 4, "hset_if_newer": 5}.get(command.script, 3)
+    tail = command.args[start:]
     return dict(zip(tail[::2], tail[1::2], strict=True))
 
 
@@ -159,13 +160,13 @@ def test_attribution_plans_exact_nano_dollars_and_window_keys() -> None:
     assert msgspec.json.decode(gpus)[0]["uuid"] == GPU_0
     assert (state, ttl, hour) == ("running", "600", "3600000")
     assert command.args[15:18] == ("t:waste:pods:", "t:waste:namespaces:", "")
-    # The example pod reports its steps: the window's units, as JSON.
-    assert command.args[18:] == ('{"steps":600.0}',)
+    # The example pod reports its steps: the window's units, as JSON; then the revision.
+    assert command.args[18:] == ('{"steps":600.0}', "0")
 
 
 def test_a_pod_without_units_of_work_plans_none() -> None:
     (command,) = plan([attribution(work_units={}, cost_per_unit={})], OPTS)
-    assert command.args[18:] == ("",)
+    assert command.args[18:] == ("", "0")
 
 
 def test_attribution_share_is_unknown_without_a_reading() -> None:
@@ -316,7 +317,7 @@ def test_gpu_window_writes_window_fields_only() -> None:
     window = _record("gpuwatch.gpu.window/v1", GpuWindow)
     (command,) = plan([window], OPTS)
     assert command.keys == ("t:gpu:" + GPU_1,)
-    assert command.args[:3] == ("window_start", "1764412320000", GPU_1)
+    assert command.args[:5] == ("window_start", "1764412320000", "window_revision", "0", GPU_1)
     fields = args_of(command)
     assert fields["window_idle_seconds"] == "36.0"
     assert fields["window_unattributed_ratio"] == "0.08"
@@ -327,6 +328,20 @@ def test_a_record_repeated_in_a_batch_is_planned_once() -> None:
     once = plan([lifecycle(), attribution(), alert()], OPTS)
     twice = plan([lifecycle(), attribution(), lifecycle(), alert(), attribution(), alert()], OPTS)
     assert twice == once
+
+
+def test_a_window_repeated_in_a_batch_is_planned_as_its_highest_revision() -> None:
+    first, revised = attribution(), attribution(cost_usd=0.0758, revision=1)
+    commands = plan([first, lifecycle(), revised, first], OPTS)
+    assert commands == plan([revised, lifecycle()], OPTS)
+    assert commands[0].args[7:9] == ("75800000", "3300000")
+    assert commands[0].args[-1] == "1"
+    window = _record("gpuwatch.gpu.window/v1", GpuWindow)
+    later = msgspec.structs.replace(window, revision=2, idle_seconds=40.0)
+    for batch in ([window, later, window], [later, window]):
+        (command,) = plan(batch, OPTS)
+        assert command.args[3] == "2"
+        assert args_of(command)["window_idle_seconds"] == "40.0"
 
 
 def test_gpu_live_states_from_a_node_sample() -> None:
