@@ -22,9 +22,13 @@ before the `gpu.windows` are priced (`gpuwatch.report.pricing`). The rules, stat
   `(unallocated)` = the fleet's priced GPU time.
 - Idle share = idle / allocated GPU-seconds; waste share = waste / cost of the same row
   (for a total: the pods' idle allocated cost over the fleet's cost).
-- Delivery is at least once: a record seen again (same cluster, pod uid or GPU uuid, and
-  `window_start`, in the same partition within `DEDUP_HORIZON_MS` of event time of the
-  newest record read from it) counts once.
+- Delivery is at least once, and a window revised after it closed comes again whole with
+  a higher `revision`: per identity (cluster, pod uid or GPU uuid, `window_start`) the
+  newest revision read counts, once (`gpuwatch.report.revisions`: a higher revision takes
+  the lower one's figures back, a lower or equal one after it is left out; windows are
+  remembered per partition within `DEDUP_HORIZON_MS` of event time of the newest one read
+  from it). GPU prices are learned from each revision counted: a GPU-second's price does
+  not change when its window is revised.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Final
 
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.pricing import FleetPrices
+from gpuwatch.report.revisions import Copy, PartitionWindows, dedup_horizon_ms
 from gpuwatch.report.rows import (
     GROUP_BYS,
     NONE,
@@ -48,19 +53,32 @@ from gpuwatch.report.rows import (
     RowKind,
     StepName,
 )
+from gpuwatch.report.sums import (
+    FleetSums,
+    Gpu,
+    Part,
+    Pod,
+    Sums,
+    take_back_gpu,
+    take_back_pod,
+)
 from schemas.attribution import Attribution, GpuAttribution
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.gpu_window import GpuWindow
 from schemas.k8s_node import K8sNode
 from schemas.prices import BUILTIN_PRICES, PriceTable
+from schemas.settings import WindowSettings
 
 __all__ = ["DEDUP_HORIZON_MS", "Aggregator", "step_start"]
 
 TEAM_LABEL: Final = "team"  # the pod label `gpuwatch top --team` and the metrics use
 HOUR_S: Final = 3600.0
 WEEK_ORIGIN_MS: Final = 4 * 86_400_000  # 1970-01-05 00:00 UTC, a Monday: weeks as ISO 8601
-DEDUP_HORIZON_MS: Final = 3_600_000  # a worker re-sends after a restart within minutes of
-# event time; an hour of windows per partition is what must be remembered to see it
+DEDUP_HORIZON_MS: Final = dedup_horizon_ms(WindowSettings())  # the worker's revision
+# horizon at its default (an hour) and some minutes: see `gpuwatch.report.revisions`
+
+_FIRST: Final = Copy.FIRST
+_UNCHECKED: Final = Copy.UNCHECKED
 
 
 def step_start(ts: int, step: StepName | None, period: TimeRange) -> int:
@@ -69,68 +87,6 @@ def step_start(ts: int, step: StepName | None, period: TimeRange) -> int:
         return period.start_ms
     size = STEPS[step]
     return ts - (ts - WEEK_ORIGIN_MS) % size
-
-
-class Sums:
-    """What one group spent in one step: seconds, dollars, and units with their cost."""
-
-    __slots__ = ("allocated_s", "cost", "idle_s", "unit_cost", "units", "used_s", "waste")
-
-    def __init__(self) -> None:
-        self.allocated_s = self.used_s = self.idle_s = 0.0
-        self.cost = self.waste = 0.0
-        self.units: dict[str, float] = {}
-        self.unit_cost: dict[str, float] = {}
-
-    def add_record(self, rec: Attribution) -> None:
-        """A pod's window, whole."""
-        self.allocated_s += rec.allocated_gpu_seconds
-        self.used_s += rec.used_gpu_seconds
-        self.idle_s += rec.idle_gpu_seconds
-        self.cost += rec.cost_usd
-        self.waste += rec.waste_usd
-        if rec.work_units:
-            self._add_units(rec.work_units, 1.0, rec.cost_usd)
-
-    def add_gpu(
-        self, gpu: GpuAttribution, waste: float, units: Mapping[str, float], part: float
-    ) -> None:
-        """A pod's window on one of its GPUs: `waste` its part of the waste, `part` of the
-        units."""
-        self.allocated_s += gpu.allocated_gpu_seconds
-        self.used_s += gpu.used_gpu_seconds
-        self.idle_s += gpu.idle_gpu_seconds
-        self.cost += gpu.cost_usd
-        self.waste += waste
-        if units:
-            self._add_units(units, part, gpu.cost_usd)
-
-    def _add_units(self, units: Mapping[str, float], part: float, cost: float) -> None:
-        counts, costs = self.units, self.unit_cost
-        for name, count in units.items():
-            counts[name] = counts.get(name, 0.0) + count * part
-            costs[name] = costs.get(name, 0.0) + cost
-
-    def merge(self, other: Sums) -> None:
-        """Add another group's sums (the `(other)` and total lines)."""
-        self.allocated_s += other.allocated_s
-        self.used_s += other.used_s
-        self.idle_s += other.idle_s
-        self.cost += other.cost
-        self.waste += other.waste
-        for name, count in other.units.items():
-            self.units[name] = self.units.get(name, 0.0) + count
-            self.unit_cost[name] = self.unit_cost.get(name, 0.0) + other.unit_cost[name]
-
-
-class FleetSums:
-    """The GPU windows of one step: allocated and unallocated seconds, and their price."""
-
-    __slots__ = ("allocated_cost", "allocated_s", "unallocated_cost", "unallocated_s")
-
-    def __init__(self) -> None:
-        self.allocated_s = self.unallocated_s = 0.0
-        self.allocated_cost = self.unallocated_cost = 0.0
 
 
 def _row(span: tuple[int, int], group: str, kind: RowKind, sums: Sums, fleet: FleetSums) -> Row:
@@ -149,35 +105,6 @@ def _row(span: tuple[int, int], group: str, kind: RowKind, sums: Sums, fleet: Fl
         work_units=dict(sorted(sums.units.items())),
         unit_cost_usd=dict(sorted(sums.unit_cost.items())),
     )
-
-
-class _Seen:
-    """Identities of the windows read from one partition within the horizon."""
-
-    __slots__ = ("_by_start", "_floor", "_horizon", "_newest")
-
-    def __init__(self, horizon_ms: int) -> None:
-        self._by_start: dict[int, set[int]] = {}
-        self._horizon = horizon_ms
-        self._newest = -(1 << 62)
-        self._floor = -(1 << 62)
-
-    def first(self, start: int, identity: int) -> bool:
-        """Whether this is the first time the identity is seen for the window `start`."""
-        seen = self._by_start.get(start)
-        if seen is None:
-            if start < self._floor:
-                return True  # too old to remember: counted (at worst twice)
-            seen = self._by_start[start] = set()
-            if start > self._newest:
-                self._newest = start
-                self._floor = start - self._horizon
-                for old in [s for s in self._by_start if s < self._floor]:
-                    del self._by_start[old]
-        if identity in seen:
-            return False
-        seen.add(identity)
-        return True
 
 
 def _scoped(cluster: str, name: str) -> str:
@@ -239,7 +166,8 @@ class Aggregator:
     Feed `attribution` records (and `k8s.nodes`) before `gpu.windows`: the GPU windows'
     unallocated seconds are priced with the prices the attribution records show
     (`gpuwatch.report.pricing`). `source` names where a record was read (topic and
-    partition): duplicates are looked for within one source.
+    partition): copies of a window (redeliveries, revisions) are looked for within one
+    source, where its key puts them all.
     """
 
     def __init__(
@@ -264,57 +192,114 @@ class Aggregator:
         self._per_gpu = _PER_GPU.get(by)
         self._sums: dict[tuple[int, str], Sums] = {}
         self._fleet: dict[int, FleetSums] = {}
-        self._seen: dict[Hashable, _Seen] = {}
-        self._mig: dict[tuple[int, str, str, str, str], list[float]] = {}
+        self._pods_seen: dict[Hashable, PartitionWindows[Pod]] = {}
+        self._gpus_seen: dict[Hashable, PartitionWindows[Gpu]] = {}
+        self._mig: dict[tuple[int, str, str, str, str], FleetSums] = {}
         self._instances: dict[tuple[str, str], set[str]] = {}
         self._step = self._step_function()
+
+    @property
+    def dedup_horizon_ms(self) -> int:
+        """How far behind its partition's newest window a copy of a window is checked."""
+        return self._horizon
+
+    def widen_dedup_horizon(self, horizon_ms: int) -> None:
+        """Remember windows at least `horizon_ms` behind each partition's newest (the
+        horizon of the worker's settings, `revisions.dedup_horizon_ms`); before any record."""
+        if self._pods_seen or self._gpus_seen:
+            raise RuntimeError("the dedupe horizon is set before the first record")
+        self._horizon = max(self._horizon, horizon_ms)
 
     def _step_function(self) -> Callable[[int], int]:
         step, period = self.step, self.period
         return lambda ts: step_start(ts, step, period)
 
-    def _first(self, source: Hashable, start: int, identity: int) -> bool:
-        seen = self._seen.get(source)
-        if seen is None:
-            seen = self._seen[source] = _Seen(self._horizon)
-        return seen.first(start, identity)
+    def _left_out(self, copy: Copy) -> bool:
+        """Count a copy the rules leave out; False for one that is counted."""
+        counts = self.counts
+        if copy is Copy.AGAIN:
+            counts.duplicates += 1
+        elif copy is Copy.OLDER:
+            counts.superseded += 1
+        elif copy is Copy.TOO_LATE:
+            counts.late_revisions += 1
+        else:
+            return False
+        return True
 
     def add_attribution(self, rec: Attribution, source: Hashable = None) -> None:
-        """One pod's window."""
+        """One pod's window (a copy of it: see the module doc)."""
         start = rec.window_start
         if not self._start <= start < self._end:
             self.counts.outside += 1
             return
-        if not self._first(source, start, hash((rec.cluster, rec.uid))):
-            self.counts.duplicates += 1
+        seen = self._pods_seen.get(source)
+        if seen is None:
+            seen = self._pods_seen[source] = PartitionWindows(self._horizon)
+        identity, revision = hash((rec.cluster, rec.uid)), rec.revision
+        copy, before = seen.check(start, identity, revision)
+        if copy is not _FIRST and self._left_out(copy):
             return
-        self.counts.pod_windows += 1
-        step = self._step(start)
+        if before is None:
+            self.counts.pod_windows += 1
+        else:
+            self.counts.revised += 1
+            take_back_pod(before)
         learn = self.prices.learn
         for gpu in rec.gpus:
             learn(rec.cluster, rec.node, gpu)
+        step = self._step(start)
         whole = self._whole
         if whole is not None:
-            key = (step, whole(rec))
-            sums = self._sums.get(key)
-            if sums is None:
-                sums = self._sums[key] = Sums()
-            sums.add_record(rec)
+            part = self._whole_part(step, whole(rec), rec)
+            part[0].add(part)
+            added: Pod = (revision, *part)
         else:
-            self._add_split(step, rec)
+            parts = self._split(step, rec)
+            for part in parts:
+                part[0].add(part)
+            added = (revision, *(item for part in parts for item in part))
+        if copy is not _UNCHECKED:
+            seen.keep(start, identity, added)
 
-    def _add_split(self, step: int, rec: Attribution) -> None:
+    def _part(
+        self,
+        step: int,
+        group: str,
+        of: Attribution | GpuAttribution,
+        *,
+        units: Mapping[str, float],
+        share: float,
+        waste: float,
+    ) -> Part:
+        """What a pod's window (or its part on one GPU, `of`) adds to a group."""
+        key = (step, group)
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = Sums()
+        return (
+            sums,
+            of.allocated_gpu_seconds,
+            of.used_gpu_seconds,
+            of.idle_gpu_seconds,
+            of.cost_usd,
+            waste,
+            units or None,
+            share,
+        )
+
+    def _whole_part(self, step: int, group: str, rec: Attribution) -> Part:
+        """A pod's window, whole, to one group."""
+        return self._part(step, group, rec, units=rec.work_units, share=1.0, waste=rec.waste_usd)
+
+    def _split(self, step: int, rec: Attribution) -> tuple[Part, ...]:
         """A pod's window split over its GPUs (`--by gpu`, `--by model`)."""
         gpus = rec.gpus
         name_of = self._per_gpu
         assert name_of is not None  # set where _whole is None
         if len(gpus) <= 1:  # most pods: the window is its GPU's
-            key = (step, name_of(rec.cluster, gpus[0]) if gpus else NONE)
-            sums = self._sums.get(key)
-            if sums is None:
-                sums = self._sums[key] = Sums()
-            sums.add_record(rec)
-            return
+            group = name_of(rec.cluster, gpus[0]) if gpus else NONE
+            return (self._whole_part(step, group, rec),)
         costs = [g.cost_usd for g in gpus]
         idle_cost = [
             g.cost_usd * g.idle_gpu_seconds / g.allocated_gpu_seconds
@@ -324,12 +309,17 @@ class Aggregator:
         ]
         waste_parts = _parts(idle_cost, costs)
         unit_parts = _parts(costs, [g.allocated_gpu_seconds for g in gpus])
-        for gpu, waste_part, unit_part in zip(gpus, waste_parts, unit_parts, strict=True):
-            key = (step, name_of(rec.cluster, gpu))
-            sums = self._sums.get(key)
-            if sums is None:
-                sums = self._sums[key] = Sums()
-            sums.add_gpu(gpu, rec.waste_usd * waste_part, rec.work_units, unit_part)
+        return tuple(
+            self._part(
+                step,
+                name_of(rec.cluster, gpu),
+                gpu,
+                units=rec.work_units,
+                share=unit_part,
+                waste=rec.waste_usd * waste_part,
+            )
+            for gpu, waste_part, unit_part in zip(gpus, waste_parts, unit_parts, strict=True)
+        )
 
     def add_node(self, node: K8sNode) -> None:
         """A node's labels, for the price overrides by node label."""
@@ -337,47 +327,65 @@ class Aggregator:
         self.prices.node_labels(node.cluster, node.node, node.labels)
 
     def add_gpu_window(self, win: GpuWindow, source: Hashable = None) -> None:
-        """One GPU's window: its allocated and unallocated seconds, priced."""
+        """One GPU's window (a copy of it: see the module doc), its seconds priced."""
         start = win.window_start
         if not self._start <= start < self._end:
             self.counts.outside += 1
             return
         cluster = win.cluster
-        if not self._first(source, start, hash((cluster, win.uuid))):
-            self.counts.duplicates += 1
+        seen = self._gpus_seen.get(source)
+        if seen is None:
+            seen = self._gpus_seen[source] = PartitionWindows(self._horizon)
+        identity, revision = hash((cluster, win.uuid)), win.revision
+        copy, before = seen.check(start, identity, revision)
+        if copy is not _FIRST and self._left_out(copy):
             return
-        self.counts.gpu_windows += 1
+        if before is None:
+            self.counts.gpu_windows += 1
+        else:
+            self.counts.revised += 1
+            take_back_gpu(before)
         step = self._step(start)
         fleet = self._fleet.get(step)
         if fleet is None:
             fleet = self._fleet[step] = FleetSums()
-        fleet.allocated_s += win.allocated_seconds
-        fleet.unallocated_s += win.unallocated_seconds
+        allocated, unallocated = win.allocated_seconds, win.unallocated_seconds
+        fleet.allocated_s += allocated
+        fleet.unallocated_s += unallocated
         parent = win.parent_uuid
+        mig: FleetSums | None = None
         if parent is not None:
             self._instances.setdefault((cluster, parent), set()).add(win.uuid)
             if self.prices.learned(cluster, win.uuid) is None:  # priced when all are known
                 key = (step, cluster, win.node, win.model, parent)
-                both = self._mig.get(key)
-                if both is None:
-                    both = self._mig[key] = [0.0, 0.0]
-                both[0] += win.allocated_seconds
-                both[1] += win.unallocated_seconds
-                return
-        price = self.prices.usd_per_second(
-            cluster, win.node, win.uuid, win.model, mig=parent is not None
-        )
-        fleet.allocated_cost += win.allocated_seconds * price
-        fleet.unallocated_cost += win.unallocated_seconds * price
+                mig = self._mig.get(key)
+                if mig is None:
+                    mig = self._mig[key] = FleetSums()
+                mig.allocated_s += allocated
+                mig.unallocated_s += unallocated
+        if mig is None:
+            price = self.prices.usd_per_second(
+                cluster, win.node, win.uuid, win.model, mig=parent is not None
+            )
+            allocated_cost, unallocated_cost = allocated * price, unallocated * price
+            fleet.allocated_cost += allocated_cost
+            fleet.unallocated_cost += unallocated_cost
+            added: Gpu = (
+                revision, fleet, None, allocated, unallocated, allocated_cost, unallocated_cost
+            )  # fmt: skip
+        else:
+            added = (revision, fleet, mig, allocated, unallocated, 0.0, 0.0)
+        if copy is not _UNCHECKED:
+            seen.keep(start, identity, added)
 
     def _price_mig(self) -> None:
         """The MIG instances no pod held, priced now that every instance was seen (rule 4)."""
-        for (step, cluster, node, model, parent), (allocated, unallocated) in self._mig.items():
+        for (step, cluster, node, model, parent), pending in self._mig.items():
             instances = self._instances[(cluster, parent)]
             price = self.prices.mig_remainder(cluster, node, model, instances)
             fleet = self._fleet[step]
-            fleet.allocated_cost += allocated * price
-            fleet.unallocated_cost += unallocated * price
+            fleet.allocated_cost += pending.allocated_s * price
+            fleet.unallocated_cost += pending.unallocated_s * price
         self._mig.clear()
 
     def fleet_cost(self) -> float:
@@ -391,7 +399,8 @@ class Aggregator:
         self._price_mig()
         by_step: dict[int, dict[str, Sums]] = {step: {} for step in self._fleet}
         for (step, group), sums in self._sums.items():
-            by_step.setdefault(step, {})[group] = sums
+            if sums.windows:  # none: every window it held went to another group when revised
+                by_step.setdefault(step, {})[group] = sums
         rows: list[Row] = []
         period_sums, period_fleet = Sums(), FleetSums()
         nothing = FleetSums()
@@ -427,9 +436,21 @@ class Aggregator:
 
     def _notes(self, pods: Sums, fleet: FleetSums) -> list[str]:
         notes = []
-        if self.counts.duplicates:
+        counts = self.counts
+        if counts.duplicates:
+            notes.append(f"records delivered more than once, counted once: {counts.duplicates}")
+        if counts.revised or counts.superseded:
             notes.append(
-                f"records delivered more than once, counted once: {self.counts.duplicates}"
+                f"windows revised after they closed: {counts.revised} newer revisions took "
+                f"the place of the one counted before; {counts.superseded} older revisions "
+                "read after a newer one, left out"
+            )
+        if counts.late_revisions:
+            notes.append(
+                f"revisions of windows more than {self._horizon // 60_000} min older than "
+                f"the newest of their partition, left out: {counts.late_revisions} (the "
+                "window's earlier copy is counted; the worker revises windows for longer "
+                "than the settings given to the report say: GPUWATCH_REVISION_HORIZON_S)"
             )
         if self.counts.pod_windows and not self.counts.gpu_windows:
             notes.append(

@@ -4,6 +4,11 @@ Two passes over one plan (offsets found by time, `gpuwatch.replay.read`): first
 `attribution` and `k8s.nodes`, whose cost and node labels price the GPU time, then
 `gpu.windows`. Each record is decoded once with its topic's msgspec codec; one that does
 not decode (or has no `ts`) is counted and skipped, never fatal.
+
+The settings say how long the worker revises a closed window (`revision_horizon_s`): the
+records written that long after the margin past `--to` are read too (the period's last
+windows may be revised then), and each partition's windows are remembered for about as
+long (`gpuwatch.report.revisions`), so that a revision replaces the copy counted before.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Plan, Progress, RangeReader, ReadError
 from gpuwatch.replay.timefmt import format_duration, format_time
 from gpuwatch.report.aggregate import Aggregator
+from gpuwatch.report.revisions import dedup_horizon_ms
 from schemas import ATTRIBUTION, GPU_WINDOWS, K8S_NODES, SchemaError, TopicSpec
 from schemas.settings import Settings
 
@@ -31,7 +37,10 @@ def read_period(
     margin_ms: int,
     progress: Progress | None = None,
 ) -> list[str]:
-    """Add the period's records to `aggregator`; notes on what was read and left out."""
+    """Add the period's records to `aggregator`; notes on what was read and left out.
+
+    `margin_ms`: records written that long after `--to` are read, and the worker's revision
+    horizon more (see the module doc)."""
     prefix = settings.kafka.topic_prefix
     specs: dict[str, TopicSpec[Any]] = {
         spec.full_name(prefix): spec for spec in (ATTRIBUTION, K8S_NODES, GPU_WINDOWS)
@@ -39,6 +48,8 @@ def read_period(
     attribution, nodes, windows = specs
     span = aggregator.period
     progress = progress or Progress(verb="report")
+    aggregator.widen_dedup_horizon(dedup_horizon_ms(settings.windows))
+    margin_ms += settings.windows.revision_horizon_s * 1000
     added: dict[str, int] = dict.fromkeys(specs, 0)
     try:
         with RangeReader(settings.kafka, progress, client_id="gpuwatch-report") as reader:
@@ -81,8 +92,9 @@ def _decode(spec: TopicSpec[Any], raw: bytes, aggregator: Aggregator) -> Any:
 
 def _notes(plan: Plan, start_ms: int, margin_ms: int, prefix: str) -> list[str]:
     notes = [
-        f"records written up to {format_duration(margin_ms)} after --to were read; "
-        "later ones are left out"
+        f"records written up to {format_duration(margin_ms)} after --to were read (a "
+        "window's record comes after it closes, its revisions up to the worker's revision "
+        "horizon later); later ones are left out"
     ]
     notes.extend(
         f"{topic}: records before {format_time(ms)} UTC are gone (retention)"

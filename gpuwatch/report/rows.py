@@ -81,6 +81,13 @@ class Counts:
     gpu_windows: int = 0
     nodes: int = 0
     duplicates: int = 0
+    """Copies of a window read again at the revision counted, left out."""
+    revised: int = 0
+    """Copies of a window at a higher revision than the one counted, which took its place."""
+    superseded: int = 0
+    """Copies of a window at a lower revision than the one counted, left out."""
+    late_revisions: int = 0
+    """Revisions of windows older than the dedupe horizon of their partition, left out."""
     outside: int = 0
     """Records of windows that start outside the period (read for the margins)."""
     undecodable: int = 0

@@ -43,6 +43,7 @@ def attribution(
     waste: float | None = None,
     units: dict[str, float] | None = None,
     cluster: str = "default",
+    revision: int = 0,
 ) -> Attribution:
     """A pod's window; its totals are the sums over `gpus` (one exclusive H100 by default),
     its waste the idle seconds' cost unless given."""
@@ -52,6 +53,7 @@ def attribution(
     data.update(uid=uid, namespace=namespace, pod=pod, node=node, cluster=cluster)
     data.update(window_start=start, window_end=start + MIN, ts=start + MIN, gpus=gpus)
     data.update(labels={"team": "vision"} if labels is None else labels, owner=owner)
+    data.update(revision=revision)
     for name in ("allocated_gpu_seconds", "used_gpu_seconds", "idle_gpu_seconds", "cost_usd"):
         data[name] = sum(g[name] for g in gpus)
     idle_cost = sum(
@@ -102,6 +104,7 @@ def gpu_window(
     model: str = H100,
     parent: str | None = None,
     cluster: str = "default",
+    revision: int = 0,
 ) -> GpuWindow:
     """A GPU's window: `allocated` seconds held, the rest of the minute held by no one."""
     data = example("gpuwatch.gpu.window/v1")
@@ -109,6 +112,7 @@ def gpu_window(
     data.update(window_start=start, window_end=start + MIN, ts=start + MIN, pods=[])
     data.update(allocated_seconds=allocated, unallocated_seconds=60.0 - allocated)
     data.update(allocated_idle_seconds=0.0, idle_seconds=0.0, busy_seconds=60.0)
+    data.update(revision=revision)
     return msgspec.convert(data, GpuWindow)
 
 
@@ -199,3 +203,42 @@ def _pod_window(rng: random.Random, device: _Gpu, start: int, k: int, share: flo
         units=unit,
         cluster=device.cluster,
     )  # fmt: skip
+
+
+def revise(rec: Attribution, revision: int, rng: random.Random) -> Attribution:
+    """Another revision of a pod's window, as the worker emits it when usage came after the
+    window closed: other seconds at the same price per GPU-second, and sometimes another
+    team, other units or none."""
+    scale = rng.choice([0.5, 1.25, 2.0])
+    gpus = tuple(
+        msgspec.structs.replace(
+            g,
+            allocated_gpu_seconds=g.allocated_gpu_seconds * scale,
+            used_gpu_seconds=g.used_gpu_seconds * scale,
+            idle_gpu_seconds=g.idle_gpu_seconds * scale,
+            cost_usd=g.cost_usd * scale,
+        )
+        for g in rec.gpus
+    )
+    units = rng.choice([rec.work_units, {}, {"steps": 7.0}])
+    return msgspec.structs.replace(
+        rec,
+        revision=revision,
+        gpus=gpus,
+        allocated_gpu_seconds=sum(g.allocated_gpu_seconds for g in gpus),
+        used_gpu_seconds=sum(g.used_gpu_seconds for g in gpus),
+        idle_gpu_seconds=sum(g.idle_gpu_seconds for g in gpus),
+        cost_usd=sum(g.cost_usd for g in gpus),
+        waste_usd=rec.waste_usd * scale,
+        labels=rng.choice([rec.labels, {"team": "late"}]),
+        work_units=units,
+        cost_per_unit={n: None for n in units},
+    )
+
+
+def revise_window(win: GpuWindow, revision: int, rng: random.Random) -> GpuWindow:
+    """Another revision of a GPU's window: another part of the minute allocated."""
+    allocated = rng.choice([0.0, 20.0, 60.0])
+    return msgspec.structs.replace(
+        win, revision=revision, allocated_seconds=allocated, unallocated_seconds=60.0 - allocated
+    )
