@@ -89,8 +89,18 @@ def step_start(ts: int, step: StepName | None, period: TimeRange) -> int:
     return ts - (ts - WEEK_ORIGIN_MS) % size
 
 
-def _row(span: tuple[int, int], group: str, kind: RowKind, sums: Sums, fleet: FleetSums) -> Row:
+def _row(
+    span: tuple[int, int],
+    group: str,
+    kind: RowKind,
+    sums: Sums,
+    fleet: FleetSums,
+    *,
+    compare: bool = False,
+) -> Row:
+    """A line; `compare`: with the allocated GPU time of `gpu.windows` beside the pods'."""
     start, end = span
+    checked = fleet.allocated_cost if compare else 0.0
     return Row(
         step_start=start,
         step_end=end,
@@ -104,6 +114,9 @@ def _row(span: tuple[int, int], group: str, kind: RowKind, sums: Sums, fleet: Fl
         waste_usd=sums.waste,
         work_units=dict(sorted(sums.units.items())),
         unit_cost_usd=dict(sorted(sums.unit_cost.items())),
+        gpu_windows_allocated_gpu_hours=fleet.allocated_s / HOUR_S if compare else None,
+        gpu_windows_allocated_cost_usd=fleet.allocated_cost if compare else None,
+        allocated_cost_gap=sums.cost / checked - 1 if checked > 0 else None,
     )
 
 
@@ -404,6 +417,7 @@ class Aggregator:
         rows: list[Row] = []
         period_sums, period_fleet = Sums(), FleetSums()
         nothing = FleetSums()
+        compare = self.counts.gpu_windows > 0
         for step in sorted(by_step):
             start = max(step, self._start)
             end = self._end if self.step is None else min(step + STEPS[self.step], self._end)
@@ -420,15 +434,16 @@ class Aggregator:
                 rows.append(_row((start, end), OTHER, "other", other, nothing))
             fleet = self._fleet.get(step, nothing)
             rows.append(_row((start, end), UNALLOCATED, "unallocated", Sums(), fleet))
-            rows.append(_row((start, end), TOTAL, "total", total, fleet))
+            rows.append(_row((start, end), TOTAL, "total", total, fleet, compare=compare))
             period_sums.merge(total)
             period_fleet.unallocated_s += fleet.unallocated_s
             period_fleet.unallocated_cost += fleet.unallocated_cost
             period_fleet.allocated_s += fleet.allocated_s
             period_fleet.allocated_cost += fleet.allocated_cost
         if len(by_step) > 1:
+            span = (self._start, self._end)
             rows.append(
-                _row((self._start, self._end), TOTAL, "period_total", period_sums, period_fleet)
+                _row(span, TOTAL, "period_total", period_sums, period_fleet, compare=compare)
             )
         report = Report(self.period, self.by, self.step, rows, self.counts)
         report.notes.extend(self._notes(period_sums, period_fleet))
@@ -464,6 +479,9 @@ class Aggregator:
                     f"the pods' cost ({pods.cost:.2f} USD) differs by {100 * gap:+.1f} % from "
                     f"the allocated GPU time of gpu.windows priced the same way "
                     f"({fleet.allocated_cost:.2f} USD): the two topics disagree on the "
-                    "allocated GPU time (records missing from one: retention, a worker down)"
+                    "allocated GPU time (a GPU's window closes with its node's data, its pods' "
+                    "with the slowest node's: the last windows before the data ends may be in "
+                    "gpu.windows only; or records missing from one: retention, a worker down; "
+                    "allocated_cost_gap per step in --format json)"
                 )
         return notes

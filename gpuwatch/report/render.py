@@ -18,7 +18,16 @@ from typing import Any, Final
 from gpuwatch.replay.timefmt import format_time
 from gpuwatch.report.rows import Report, Row
 
-__all__ = ["FIELDS", "iso", "to_csv", "to_json", "to_table", "unit_cost_text", "waste_trend"]
+__all__ = [
+    "CHECK_FIELDS",
+    "FIELDS",
+    "iso",
+    "to_csv",
+    "to_json",
+    "to_table",
+    "unit_cost_text",
+    "waste_trend",
+]
 
 FIELDS: Final = (
     "step_start",
@@ -36,8 +45,15 @@ FIELDS: Final = (
     "waste_share",
 )
 """The columns of the CSV before the unit columns (`work_units.NAME`,
-`cost_per_unit_usd.NAME`), and the keys of a JSON row besides `work_units` and
-`cost_per_unit_usd`."""
+`cost_per_unit_usd.NAME`), and the keys of a JSON row besides `work_units`,
+`cost_per_unit_usd` and `CHECK_FIELDS`."""
+CHECK_FIELDS: Final = (
+    "gpu_windows_allocated_gpu_hours",
+    "gpu_windows_allocated_cost_usd",
+    "allocated_cost_gap",
+)
+"""The keys of a JSON row that hold the pods' allocated time against that of `gpu.windows`
+(set on total lines, null on the others)."""
 
 TREND_STEPS: Final = 12  # the last steps shown in the table's trend line: a line's width
 UNIT_SCALES: Final = ((1, ""), (1_000, "1k"), (1_000_000, "1M"))
@@ -69,12 +85,14 @@ def _fields(report: Report, row: Row) -> dict[str, Any]:
 
 
 def to_json(report: Report) -> str:
-    """A JSON list of row objects, figures unrounded, cost per unit per single unit."""
+    """A JSON list of row objects, figures unrounded, cost per unit per single unit; total
+    lines hold the allocated time of `gpu.windows` beside the pods' (`CHECK_FIELDS`)."""
     rows = [
         {
             **_fields(report, row),
             "work_units": row.work_units,
             "cost_per_unit_usd": row.cost_per_unit,
+            **{name: getattr(row, name) for name in CHECK_FIELDS},
         }
         for row in report.rows
     ]

@@ -52,6 +52,14 @@ class Row:
     unit_cost_usd: dict[str, float]
     """Per unit name: the cost of the windows that report it (the numerator of its cost
     per unit)."""
+    gpu_windows_allocated_gpu_hours: float | None = None
+    """On a total line (when `gpu.windows` were read): the allocated GPU-hours of the GPU
+    windows, which `allocated_gpu_hours` (the pods') should equal; None on other lines."""
+    gpu_windows_allocated_cost_usd: float | None = None
+    """On a total line: those GPU-hours priced as the worker prices them."""
+    allocated_cost_gap: float | None = None
+    """On a total line: the pods' cost over `gpu_windows_allocated_cost_usd`, minus 1 (0 when
+    the two topics agree; the report notes a gap over 1 % on stderr); None without it."""
 
     @property
     def idle_share(self) -> float | None:

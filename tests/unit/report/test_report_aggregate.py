@@ -206,6 +206,30 @@ def test_a_record_delivered_twice_counts_once() -> None:
     assert report.notes == ["records delivered more than once, counted once: 2"]
 
 
+def test_total_lines_hold_the_pods_allocated_time_against_that_of_gpu_windows() -> None:
+    # Hour 1: a pod's window and its GPU's agree. Hour 2: the GPU's window is written, the
+    # pod's not yet (it closes with the slowest node's data): a gap of -100 % there.
+    agg = Aggregator(TimeRange(T0, T0 + 2 * HOUR), step="1h")
+    agg.add_attribution(attribution(start=T0))
+    agg.add_gpu_window(gpu_window(start=T0))
+    agg.add_gpu_window(gpu_window(start=T0 + HOUR))
+    report = agg.report()
+    first, second, period = rows(report, "total", "period_total")
+    assert first.gpu_windows_allocated_gpu_hours == pytest.approx(60 / 3600)
+    assert first.gpu_windows_allocated_cost_usd == pytest.approx(4 / 60)
+    assert first.allocated_cost_gap == pytest.approx(0.0, abs=1e-12)
+    assert (second.allocated_gpu_hours, second.allocated_cost_gap) == (0.0, pytest.approx(-1.0))
+    assert period.gpu_windows_allocated_gpu_hours == pytest.approx(120 / 3600)
+    assert period.allocated_cost_gap == pytest.approx(-0.5)
+    assert all(r.allocated_cost_gap is None for r in rows(report, "group", "unallocated"))
+    assert report.notes[-1].startswith("the pods' cost (0.07 USD) differs by -50.0 %")
+    # Without gpu.windows there is nothing to hold the pods' time against.
+    alone = Aggregator(DAY_PERIOD)
+    alone.add_attribution(attribution())
+    (total,) = alone.report().totals
+    assert (total.gpu_windows_allocated_gpu_hours, total.allocated_cost_gap) == (None, None)
+
+
 def test_a_window_counts_by_its_start_and_steps_are_cut_at_the_period() -> None:
     period = TimeRange(T0 + 30 * MIN, T0 + 2 * HOUR + 30 * MIN)
     agg = Aggregator(period, step="1h")

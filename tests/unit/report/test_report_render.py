@@ -13,7 +13,15 @@ from report_records import A100, DAY, HOUR, MIN, T0, attribution, gpu, gpu_windo
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.aggregate import Aggregator
 from gpuwatch.report.plot import plot, title
-from gpuwatch.report.render import FIELDS, iso, to_csv, to_json, to_table, unit_cost_text
+from gpuwatch.report.render import (
+    CHECK_FIELDS,
+    FIELDS,
+    iso,
+    to_csv,
+    to_json,
+    to_table,
+    unit_cost_text,
+)
 from gpuwatch.report.rows import Report, StepName
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -67,12 +75,21 @@ def test_json_is_a_list_of_objects_with_raw_figures() -> None:
     assert isinstance(parsed, list)
     assert len(parsed) == len(report.rows)
     nlp = next(r for r in parsed if r["group"] == "nlp")
-    assert set(nlp) == {*FIELDS, "work_units", "cost_per_unit_usd"}
+    assert set(nlp) == {*FIELDS, "work_units", "cost_per_unit_usd", *CHECK_FIELDS}
+    assert [nlp[name] for name in CHECK_FIELDS] == [None, None, None]  # totals only
     assert nlp["by"] == "team"
     assert nlp["work_units"] == {"tokens": 60 * 9e4}
     assert nlp["cost_per_unit_usd"]["tokens"] == pytest.approx(3 / 3600 * 60 / 9e4)
     unallocated = [r for r in parsed if r["kind"] == "unallocated"]
     assert [r["unallocated_gpu_hours"] for r in unallocated] == pytest.approx([0.25, 0.25])
+    # The pods' allocated time against that of gpu.windows: the same, day by day.
+    totals = [r for r in parsed if r["kind"] in ("total", "period_total")]
+    assert [r["gpu_windows_allocated_gpu_hours"] for r in totals] == pytest.approx(
+        [0.75, 1.75, 2.5]
+    )
+    assert [r["allocated_gpu_hours"] for r in totals] == pytest.approx([0.75, 1.75, 2.5])
+    assert totals[1]["gpu_windows_allocated_cost_usd"] == pytest.approx(3.0 + 3.0)
+    assert [r["allocated_cost_gap"] for r in totals] == pytest.approx([0, 0, 0], abs=1e-12)
 
 
 def test_the_table_aligns_rounds_and_ends_with_the_waste_trend() -> None:

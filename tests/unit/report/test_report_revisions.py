@@ -170,6 +170,7 @@ def test_a_revised_gpu_window_changes_the_unallocated_time_and_its_cost() -> Non
     assert (unallocated.unallocated_gpu_hours, unallocated.cost_usd) == (0.0, 0.0)
     (total,) = report.totals
     assert total.cost_usd == pytest.approx(4 / 60)
+    assert total.allocated_cost_gap == pytest.approx(0.0, abs=1e-12)
     assert report.notes[-1].startswith("windows revised after they closed: 1 newer")
 
 
