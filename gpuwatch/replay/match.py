@@ -2,8 +2,9 @@
 
 Pure functions over `gpuwatch.replay.story` types. `resolve` finds the subject's pods, nodes
 and GPUs in the records; `assemble` keeps the records about them in the range, once per
-identity (at-least-once delivery: SEMANTICS.md), in event-time order; `state_bands` turns a
-pod's transitions into the spans the plot shades.
+identity (at-least-once delivery: SEMANTICS.md), a window at its newest `revision` (the
+worker emits a window again whole when usage came after it closed), in event-time order;
+`state_bands` turns a pod's transitions into the spans the plot shades.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gpuwatch.replay.story import (
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
 from streams.core.workloads import WorkloadStanding, standing
 
-__all__ = ["assemble", "resolve", "state_bands"]
+__all__ = ["assemble", "replaces", "resolve", "state_bands"]
 
 
 def resolve(subject: Subject, found: Collected) -> Scope:
@@ -113,6 +114,17 @@ def _identity(event: Event) -> tuple[Any, ...]:
     return ("samples", r.uuid)
 
 
+def replaces(new: object, kept: object) -> bool:
+    """Whether a copy of a record takes the place of the one kept of the same identity:
+    a higher `revision` of an attribution or GPU window, or at the same revision (every
+    other record) the copy read later."""
+    return _revision(new) >= _revision(kept)
+
+
+def _revision(record: object) -> int:
+    return record.revision if isinstance(record, Attribution | GpuWindow) else 0
+
+
 def assemble(
     subject: Subject,
     span: TimeRange,
@@ -151,7 +163,12 @@ def assemble(
             events.append(Event("node", seen.ts, seen))
     events.extend(_workload_story(found, scope, span) if pod else [])
     events.extend(Event("samples", s.first_ts, s) for s in samples)
-    unique = {_identity(event): event for event in events}
+    unique: dict[tuple[Any, ...], Event] = {}
+    for event in events:
+        key = _identity(event)
+        kept = unique.get(key)
+        if kept is None or replaces(event.record, kept.record):
+            unique[key] = event
     # Stable: records of one pod at one instant keep the order their partition gave them.
     return sorted(unique.values(), key=lambda e: (e.ts, KIND_ORDER[e.kind]))
 

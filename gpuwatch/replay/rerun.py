@@ -22,13 +22,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import msgspec
 
 from gpuwatch import kafka
 from gpuwatch.kafka import KafkaError
+from gpuwatch.replay.match import replaces
 from gpuwatch.replay.read import Hit, Progress, RangeReader, ReadError
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.worker import (
@@ -65,6 +66,7 @@ __all__ = [
     "RerunResult",
     "check_prefix",
     "in_cluster",
+    "keep",
     "rerun",
     "rerun_redis_url",
     "widened",
@@ -359,6 +361,17 @@ def _send(
     result.copied[spec.name] = result.copied.get(spec.name, 0) + 1
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def keep(kept: dict[K, V], key: K, value: V) -> None:
+    """File a window's copy under its identity unless the copy kept is a newer revision."""
+    before = kept.get(key)
+    if before is None or replaces(value, before):
+        kept[key] = value
+
+
 def totals(attributions: list[Attribution], windows: list[GpuWindow]) -> dict[str, float]:
     """The sums the summary compares: pod windows and GPU windows."""
     return {
@@ -377,11 +390,12 @@ def totals(attributions: list[Attribution], windows: list[GpuWindow]) -> dict[st
 def _windows(
     reader: RangeReader, prefix: str, span: TimeRange, margin_ms: int, *, everything: bool
 ) -> tuple[list[Attribution], list[GpuWindow]]:
-    """Attribution and GPU windows that lie inside the range, once per identity."""
+    """Attribution and GPU windows that lie inside the range, once per identity, each at the
+    newest revision read."""
     names = [ATTRIBUTION.full_name(prefix), GPU_WINDOWS.full_name(prefix)]
     plan = reader.plan(names, span, from_beginning=everything)
-    pods: dict[tuple[str, int], Attribution] = {}
-    gpus: dict[tuple[str, int], GpuWindow] = {}
+    pods: dict[tuple[str, str, int], Attribution] = {}
+    gpus: dict[tuple[str, str, int], GpuWindow] = {}
     for hit in reader.read(plan, names, span, margin_ms):
         spec = ATTRIBUTION if hit.topic == names[0] else GPU_WINDOWS
         try:
@@ -391,9 +405,9 @@ def _windows(
         if value.window_start < span.start_ms or value.window_end > span.end_ms:
             continue
         if isinstance(value, Attribution):
-            pods[(value.uid, value.window_start)] = value
+            keep(pods, (value.cluster, value.uid, value.window_start), value)
         else:
-            gpus[(value.uuid, value.window_start)] = value
+            keep(gpus, (value.cluster, value.uuid, value.window_start), value)
     return list(pods.values()), list(gpus.values())
 
 

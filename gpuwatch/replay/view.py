@@ -85,6 +85,7 @@ def _detail(story: Story, event: Event) -> str:
             f"{_short(r.uuid)}  {_window(r.window_start, r.window_end)}  {util}  "
             f"busy {r.busy_seconds:.0f}s  idle {r.idle_seconds:.0f}s  allocated-idle "
             f"{r.allocated_idle_seconds:.0f}s  unallocated {r.unallocated_seconds:.0f}s  {pods}"
+            f"{_revised(r.revision)}"
         )
     if isinstance(r, K8sNode):
         return f"{r.type}  ready={r.ready}  unschedulable={r.unschedulable}"
@@ -122,8 +123,13 @@ def _attribution(story: Story, r: Attribution) -> str:
     return (
         f"{_who(story, r.uid)}{_window(r.window_start, r.window_end)}  {r.state}  "
         f"used {used:.1f} of {alloc:.1f} GPU-s  idle {idle:.1f}  VRAM peak {_gib(vram)}  "
-        f"cost ${cost:.4f}  {waste}"
+        f"cost ${cost:.4f}  {waste}{_revised(r.revision)}"
     )
+
+
+def _revised(revision: int) -> str:
+    """A window revised after it closed (usage came late) says so; the first copy nothing."""
+    return f"  (revision {revision})" if revision else ""
 
 
 def _pct(value: float | None) -> str:

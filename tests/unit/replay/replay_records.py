@@ -36,8 +36,10 @@ def lifecycle(
 
 
 def attribution(uid: str, start: int, *, used: float, idle: float, cost: float, waste: float,
-                gpu: str = GPU_0, state: str = "running") -> Attribution:  # fmt: skip
+                gpu: str = GPU_0, state: str = "running",
+                revision: int = 0) -> Attribution:  # fmt: skip
     data = example("gpuwatch.attribution/v1")
+    data.update(revision=revision)
     name = "train-0" if uid == TRAIN else "other-0"
     data.update(uid=uid, pod=name, window_start=start, window_end=start + MIN, ts=start + MIN)
     data.update(used_gpu_seconds=used, idle_gpu_seconds=idle, cost_usd=cost, waste_usd=waste)
@@ -59,8 +61,9 @@ def alert(name: str, status: str, ts: int, *, uid: str | None = None, gpu: str |
     return msgspec.convert(data, Alert)
 
 
-def gpu_window(uuid: str, start: int, pods: list[str], util: float) -> GpuWindow:
+def gpu_window(uuid: str, start: int, pods: list[str], util: float, revision: int = 0) -> GpuWindow:
     data = example("gpuwatch.gpu.window/v1")
+    data.update(revision=revision)
     data.update(uuid=uuid, window_start=start, window_end=start + MIN, ts=start + MIN)
     data.update(util_mean_pct=util)
     share = data["pods"][0]

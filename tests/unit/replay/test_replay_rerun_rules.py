@@ -14,13 +14,14 @@ from gpuwatch.replay.rerun import (
     RerunResult,
     check_prefix,
     in_cluster,
+    keep,
     rerun_redis_url,
     totals,
     widened,
 )
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.view import render_rerun, rerun_json
-from schemas import K8S_NODES, K8S_PODS
+from schemas import K8S_NODES, K8S_PODS, Attribution
 from schemas.examples import GPU_0, example
 
 
@@ -146,3 +147,21 @@ def test_only_pods_and_nodes_still_in_the_cluster_are_copied_as_the_state_before
     hit = Hit(spec.name, 0, b"k", json.dumps(data).encode(), data["ts"])
     assert in_cluster(spec, hit) is kept
     assert in_cluster(spec, Hit(spec.name, 0, b"k", b"not json", 0)) is False
+
+
+def test_the_comparison_takes_each_windows_newest_revision_once() -> None:
+    # Copies of one window as read: the first, a revision, the first again, a second
+    # revision, the first revision again. The sums are those of the second revision.
+    def copy(used: float, revision: int) -> Attribution:
+        return attribution(TRAIN, T0, used=used, idle=60.0 - used, cost=0.0658,
+                           waste=0.0011 * (60.0 - used), revision=revision)  # fmt: skip
+
+    kept: dict[tuple[str, str, int], Attribution] = {}
+    for rec in [copy(10.0, 0), copy(30.0, 1), copy(10.0, 0), copy(50.0, 2), copy(30.0, 1)]:
+        keep(kept, (rec.cluster, rec.uid, rec.window_start), rec)
+    sums = totals(list(kept.values()), [])
+    assert (sums["pod_windows"], sums["used_gpu_seconds"], sums["idle_gpu_seconds"]) == (
+        1,
+        50.0,
+        10.0,
+    )

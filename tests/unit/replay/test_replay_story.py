@@ -14,12 +14,14 @@ from replay_records import (
     TRAIN,
     S,
     alert,
+    attribution,
+    gpu_window,
     incident,
     sample,
 )
 
 from gpuwatch.replay.match import assemble, resolve, state_bands
-from gpuwatch.replay.story import SampleDigest, Scope, StateBand, Subject, TimeRange
+from gpuwatch.replay.story import Collected, SampleDigest, Scope, StateBand, Subject, TimeRange
 from schemas import Alert, AlertSubject, Attribution, GpuWindow, K8sNode, PodLifecycle, PodUid
 from schemas.examples import GPU_0, GPU_1
 
@@ -71,6 +73,35 @@ def test_the_pod_story_keeps_its_records_once_each_in_event_time_order() -> None
         ("lifecycle", 900, "stalled->finished"),
         ("alert", 900, "PodStalled resolved"),
     ]
+
+
+def revised_windows() -> Collected:
+    """train-0's window at 2 min and GPU_0's at 1 min, each revised once (usage came after
+    they closed), their copies read in any order and twice."""
+    found = Collected()
+    late = T0 + 2 * MIN
+    for record in [
+        attribution(TRAIN, late, used=10.0, idle=50.0, cost=0.0658, waste=0.0548),
+        attribution(TRAIN, late, used=40.0, idle=5.0, cost=0.0658, waste=0.0055, revision=1),
+        attribution(TRAIN, late, used=10.0, idle=50.0, cost=0.0658, waste=0.0548),
+        gpu_window(GPU_0, T0 + MIN, [TRAIN], 90.0, revision=1),
+        gpu_window(GPU_0, T0 + MIN, [TRAIN], 86.0),
+        gpu_window(GPU_0, T0 + MIN, [TRAIN], 90.0, revision=1),
+    ]:
+        found.add(record)
+    return found
+
+
+@pytest.mark.parametrize("subject", [Subject("pod", "ml/train-0"), Subject("node", NODE)])
+def test_a_revised_window_is_in_the_story_once_at_its_newest_revision(subject: Subject) -> None:
+    found = revised_windows()
+    events = assemble(subject, SPAN, found, resolve(subject, found))
+    windows = [e.record for e in events if isinstance(e.record, Attribution)]
+    assert [(w.revision, w.used_gpu_seconds) for w in windows] == [(1, 40.0)]
+    gpus = [e.record for e in events if isinstance(e.record, GpuWindow)]
+    assert [(g.revision, g.util_mean_pct) for g in gpus] == (
+        [(1, 90.0)] if subject.kind == "node" else []
+    )
 
 
 def test_the_gpu_story_has_its_window_its_holders_transitions_and_its_part_of_them() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from replay_records import NODE, SPAN, T0, TRAIN, S, incident, sample
+from test_replay_story import revised_windows
 
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.read import Progress
@@ -83,6 +84,19 @@ def test_the_pod_table_tells_the_transitions_windows_and_alerts_with_their_numbe
         "1",
     ]
     assert lines[-1] == "note: a note"
+
+
+def test_a_revised_window_says_its_revision_and_counts_once_in_the_totals() -> None:
+    subject = Subject("node", NODE)
+    found = revised_windows()
+    scope = resolve(subject, found)
+    events = assemble(subject, SPAN, found, scope)
+    text = render_text(Story(subject, SPAN, scope, events, [], {}, [], []))
+    assert "10:42:00-10:43:00  running  used 40.0 of 60.0 GPU-s  idle 5.0" in text
+    assert "waste $0.0055  (revision 1)" in text
+    assert "util 90%" in text
+    assert text.count("(revision 1)") == 2
+    assert "attribution: 1 pod windows, allocated 60.0 GPU-s, used 40.0, idle 5.0" in text
 
 
 def test_a_gpu_table_shows_the_pods_part_of_that_gpu_and_the_gpu_windows() -> None:
