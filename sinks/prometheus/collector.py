@@ -114,7 +114,16 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuwatch_pipeline_lag_seconds": ("gauge", "Wall time minus the event time processed", ()),
     "gpuwatch_events": ("counter", "Records processed, by topic", ("topic",)),
     "gpuwatch_deadletter": ("counter", "Records dead-lettered", ("topic", "reason")),
-    "gpuwatch_late_events": ("counter", "Inputs with a part for a window already closed", ()),
+    "gpuwatch_late_events": (
+        "counter",
+        "Inputs with a part for a window closed longer ago than the revision horizon (lost)",
+        (),
+    ),
+    "gpuwatch_revisions": (
+        "counter",
+        "Closed windows emitted again, revised by data that came after they closed",
+        (),
+    ),
     "gpuwatch_duplicate_events": ("counter", "Redelivered inputs that changed nothing", ()),
     "gpuwatch_samples_missing": ("counter", "Node samples lost, by their seq numbers", ()),
     "gpuwatch_work_units_dropped": (

@@ -22,7 +22,7 @@ from schemas.nvml_sample import GpuReading
 from streams.core.integrals import GpuIntegrals, SampleIntegrals, scaled, share_mean
 from streams.core.windows import closable, is_late, split_interval
 
-__all__ = ["GpuWindowAcc", "GpuWindows", "PodWindowAcc"]
+__all__ = ["GpuWindowAcc", "GpuWindows", "KeptWindow", "PodWindowAcc"]
 
 _SCHEMA: Final = "gpuwatch.gpu.window/v1"
 _PCT = 100.0
@@ -102,7 +102,7 @@ class GpuWindowAcc(msgspec.Struct, gc=False):
             acc.idle_seconds += p.idle_seconds
             acc.vram_peak_bytes = max(acc.vram_peak_bytes, p.vram_peak_bytes)
 
-    def close(self, cluster: str = DEFAULT_CLUSTER) -> GpuWindow:
+    def close(self, cluster: str = DEFAULT_CLUSTER, revision: int = 0) -> GpuWindow:
         """The `gpu.window` record of this window, of a GPU of `cluster`; pods in uid order,
         so replays match."""
         known = self.util_known_seconds
@@ -127,17 +127,40 @@ class GpuWindowAcc(msgspec.Struct, gc=False):
             unattributed_ratio=None if attributed is None else 1.0 - attributed,
             pods=tuple(self.pods[uid].share() for uid in sorted(self.pods)),
             cluster=cluster,
+            revision=revision,
         )
 
 
+class KeptWindow(msgspec.Struct, gc=False, omit_defaults=True):
+    """A closed window kept for revision: its buckets and how many copies went out."""
+
+    acc: GpuWindowAcc
+    copies: int = 0
+    """Copies emitted so far: the next one's `revision`."""
+    revised: bool = False
+    """Data came for it since its last copy."""
+
+
 class GpuWindows:
-    """The open GPU windows of a partition, closed by stream time.
+    """The open GPU windows of a node, closed by stream time, and the closed ones still
+    revisable.
 
     `store` may be any mapping (a Faust Table in the worker): buckets are mutated in place, so
     a changelog-backed store must be written back by the caller where it wants durability.
     `closed_through` is the stream time of the last `close`; a window it closed is never
-    reopened: data for it is late (`add` says so; the caller counts `late_events_total`).
-    `cluster` is the cluster of the node the windows are of (their records carry it).
+    reopened. Data for it that comes within `horizon_ms` (of `closed_through`) of the
+    window's end revises it: the window is kept in `revisable`, the data added, and the
+    whole record emitted again with the next `revision` (`revisions`). Later data is late
+    (`add` says so; the caller counts `late_events_total`). `cluster` is the cluster of the
+    node the windows are of (their records carry it).
+
+    What is kept for revision: a node's samples come in order (one agent, one key), and a
+    sample starting before the node's last one ended is a redelivery, so data can only
+    come late for windows after the node's newest sample (`covered` at `close`). A window
+    the node's samples covered to its end when it closed is complete and is not kept; one
+    they did not (the node silent, its agent buffering) is. So a fleet whose nodes report
+    on time keeps nothing, and a node that went quiet keeps the one window it was in; the
+    windows of its silence have no bucket until its data comes.
     """
 
     def __init__(
@@ -147,29 +170,50 @@ class GpuWindows:
         store: MutableMapping[tuple[GpuUuid, int], GpuWindowAcc] | None = None,
         closed_through: int | None = None,
         cluster: str = DEFAULT_CLUSTER,
+        *,
+        horizon_ms: int = 0,
+        revisable: MutableMapping[tuple[GpuUuid, int], KeptWindow] | None = None,
     ) -> None:
         self.window_ms = window_ms
         self.cluster = cluster
         self.lateness_ms = lateness_ms
+        self.horizon_ms = horizon_ms
         self.store: MutableMapping[tuple[GpuUuid, int], GpuWindowAcc] = (
             {} if store is None else store
         )
+        self.revisable: MutableMapping[tuple[GpuUuid, int], KeptWindow] = (
+            {} if revisable is None else revisable
+        )
+        """Closed windows data may still come for, by (uuid, start)."""
         self.closed_through = closed_through
         self._open: dict[int, list[GpuUuid]] = {}
         for uuid, start in self.store:
             self._open.setdefault(start, []).append(uuid)
 
     def add(self, sample: SampleIntegrals) -> bool:
-        """Bucket a node sample's integrals; True when some of it was late (and left out)."""
+        """Bucket a node sample's integrals; True when some of it was late (and left out).
+
+        A part for a closed window within the horizon goes into the kept window, to be
+        emitted again by `revisions`."""
         parts = split_interval(sample.ts, sample.end_ts - sample.ts, self.window_ms)
         late = False
         store, names = self.store, sample.names
         for part in parts:
             start = part.window_start
-            if is_late(start, self.closed_through, self.window_ms, self.lateness_ms):
-                late = True
-                continue
             whole = part.fraction == 1.0
+            if is_late(start, self.closed_through, self.window_ms, self.lateness_ms):
+                if not self._revisable(start):
+                    late = True
+                    continue
+                for gpu, integrals in sample.gpus:
+                    piece = integrals if whole else scaled(integrals, part.fraction)
+                    kept = self.revisable.get((gpu.uuid, start))
+                    if kept is None:
+                        fresh = KeptWindow(self._acc(sample.node, gpu, start))
+                        kept = self.revisable[(gpu.uuid, start)] = fresh
+                    kept.acc.add(piece, names)
+                    kept.revised = True
+                continue
             for gpu, integrals in sample.gpus:
                 piece = integrals if whole else scaled(integrals, part.fraction)
                 acc = store.get((gpu.uuid, start))
@@ -178,21 +222,59 @@ class GpuWindows:
                 acc.add(piece, names)
         return late
 
-    def close(self, stream_time: int) -> list[GpuWindow]:
-        """Close every window stream time has passed (end + lateness); oldest first."""
+    def revisions(self, until: int | None = None) -> list[GpuWindow]:
+        """The kept windows data came for since their last copy, emitted again; with `until`
+        only those ending by then (the node's data has passed them: complete)."""
+        due = [
+            key
+            for key, kept in self.revisable.items()
+            if kept.revised and (until is None or kept.acc.window_end <= until)
+        ]
+        out = []
+        for key in sorted(due, key=lambda k: (k[1], k[0])):
+            kept = self.revisable[key]
+            out.append(kept.acc.close(self.cluster, kept.copies))
+            kept.copies += 1
+            kept.revised = False
+        return out
+
+    def close(self, stream_time: int, covered: int | None = None) -> list[GpuWindow]:
+        """Close every window stream time has passed (end + lateness), oldest first; then
+        the kept windows revised since their last copy, and forget those past the horizon.
+
+        `covered` is the end of the node's newest sample: a window it does not reach is
+        kept for revision (the class's doc)."""
         if self.closed_through is None or stream_time > self.closed_through:
             self.closed_through = stream_time
         out = []
+        keep = self.horizon_ms > 0
         for start in closable(self._open, stream_time, self.window_ms, self.lateness_ms):
             for uuid in sorted(self._open.pop(start)):
-                out.append(self.store.pop((uuid, start)).close(self.cluster))
+                acc = self.store.pop((uuid, start))
+                out.append(acc.close(self.cluster))
+                if keep and (covered is None or covered < acc.window_end):
+                    self.revisable[(uuid, start)] = KeptWindow(acc, copies=1)
+        if self.revisable:
+            out.extend(self.revisions())
+            for key in [k for k in self.revisable if not self._revisable(k[1])]:
+                del self.revisable[key]
         return out
+
+    def _revisable(self, start: int) -> bool:
+        """Whether data for the closed window starting at `start` still revises it."""
+        return (
+            self.horizon_ms > 0
+            and self.closed_through is not None
+            and start + self.window_ms > self.closed_through - self.horizon_ms
+        )
+
+    def _acc(self, node: NodeName, gpu: GpuReading, start: int) -> GpuWindowAcc:
+        return GpuWindowAcc(
+            gpu.uuid, node, gpu.model, gpu.parent_uuid, start, start + self.window_ms
+        )
 
     def _bucket(self, node: NodeName, gpu: GpuReading, start: int) -> GpuWindowAcc:
         """A new bucket of a GPU's window."""
-        acc = GpuWindowAcc(
-            gpu.uuid, node, gpu.model, gpu.parent_uuid, start, start + self.window_ms
-        )
-        self.store[(gpu.uuid, start)] = acc
+        acc = self.store[(gpu.uuid, start)] = self._acc(node, gpu, start)
         self._open.setdefault(start, []).append(gpu.uuid)
         return acc

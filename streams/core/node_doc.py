@@ -26,7 +26,7 @@ from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
 from streams.core.fleet import FleetNode, FleetUse
 from streams.core.gpu_alerts import NodeAlertState
-from streams.core.gpu_windows import GpuWindowAcc, GpuWindows
+from streams.core.gpu_windows import GpuWindowAcc, GpuWindows, KeptWindow
 from streams.core.usage import PodTrack, UsageAggregator
 
 __all__ = [
@@ -66,6 +66,8 @@ class NodeDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
     alert: NodeAlertState | None = None
     windows: list[GpuWindowAcc] = msgspec.field(default_factory=list)
     tracks: list[PodTrack] = msgspec.field(default_factory=list)
+    revisable: list[KeptWindow] = msgspec.field(default_factory=list)
+    """Closed GPU windows late data may still revise (`GpuWindows`)."""
     fleet_node: FleetNode | None = None
     """What the node can allocate, as last sent to the fleet partition."""
     fleet_use: FleetUse | None = None
@@ -110,7 +112,14 @@ def decode_meta(raw: bytes) -> PartitionMeta:
 class NodeRuntime:
     """One node's live state: its document's parts as the pure aggregators use them."""
 
-    def __init__(self, doc: NodeDoc, window_ms: int, lateness_ms: int, flush_ms: int) -> None:
+    def __init__(
+        self,
+        doc: NodeDoc,
+        window_ms: int,
+        lateness_ms: int,
+        flush_ms: int,
+        horizon_ms: int = 0,
+    ) -> None:
         self.node = doc.node
         self.cluster = cluster = doc.cluster
         self.key = node_key(doc.cluster, doc.node)
@@ -132,6 +141,8 @@ class NodeRuntime:
             store={(acc.uuid, acc.window_start): acc for acc in doc.windows},
             closed_through=doc.closed_through,
             cluster=cluster,
+            horizon_ms=horizon_ms,
+            revisable={(k.acc.uuid, k.acc.window_start): k for k in doc.revisable},
         )
         self.usage = UsageAggregator(
             window_ms, flush_ms, store={track.uid: track for track in doc.tracks}, cluster=cluster
@@ -153,6 +164,7 @@ class NodeRuntime:
         """The document to store (windows by start and uuid, tracks by uid: replays match)."""
         windows = self.windows.store
         tracks = self.usage.store
+        kept = self.windows.revisable
         return NodeDoc(
             node=self.node,
             labels=self.labels,
@@ -163,10 +175,12 @@ class NodeRuntime:
             alert=self.alert,
             windows=[windows[key] for key in sorted(windows, key=lambda k: (k[1], k[0]))],
             tracks=[tracks[uid] for uid in sorted(tracks)],
+            revisable=[kept[key] for key in sorted(kept, key=lambda k: (k[1], k[0]))],
             fleet_node=self.fleet_node,
             fleet_use=self.fleet_use,
         )
 
     def empty(self) -> bool:
-        """A deleted node with nothing left to emit: its document can go."""
+        """A deleted node with nothing left to emit: its document can go (windows kept for
+        revision go with it: a deleted node's agent has nothing more to send)."""
         return self.deleted and not self.windows.store and not self.usage.store

@@ -5,8 +5,16 @@ boundaries (integrals in proportion to the time in each window, peaks kept whole
 added to the pod's open windows. The pod side's watermark is a usage frontier (every
 usage ending before it is in, the node side's lateness already allowed for), so a window
 closes when the watermark reaches its end; a finished pod's windows all close when it
-reaches the finish plus the allowed lateness. Closing emits one `Attribution`. Usage
-for a closed window is late: counted by the caller, never re-emitted.
+reaches the finish plus the allowed lateness. Closing emits one `Attribution`.
+
+Usage for a closed window revises it while the window ends within the revision horizon
+of `closed_until` (`WindowSettings.revision_horizon_s`): it is added to the window, kept
+in `revisable`, and the whole record is emitted again with the next `revision`. Older
+usage is late: counted by the caller, never emitted. Usage arrives in order per pod (its
+node's), and usage up to `attributed_until` is a redelivery, so only windows whose end the
+pod's usage had not reached when they closed can be revised: only those are kept (a pod
+whose node went quiet, or whose usage ended), never the windows of pods that report on
+time.
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import WindowSettings
 from streams.core.integrals import PRECISION, least_precise
 from streams.core.lifecycle import state_at
-from streams.core.pod_state import GpuTotals, OpenWindow, PodState, new_state, stored_cluster
+from streams.core.pod_state import (
+    ClosedWindow,
+    GpuTotals,
+    OpenWindow,
+    PodState,
+    new_state,
+    stored_cluster,
+)
 from streams.core.windows import window_start
 
 __all__ = [
@@ -31,6 +46,7 @@ __all__ = [
     "close_windows",
     "finish_closes_at",
     "least_precise",
+    "revision_records",
     "window_start",
 ]
 
@@ -79,13 +95,19 @@ def _accumulated(window: OpenWindow, usage: PodUsage, fraction: float) -> OpenWi
 
 
 def add_usage(
-    state: PodState | None, usage: PodUsage, windows: WindowSettings
+    state: PodState | None,
+    usage: PodUsage,
+    windows: WindowSettings,
+    revised: list[ClosedWindow] | None = None,
 ) -> tuple[PodState, UsageOutcome]:
     """Count a usage into the pod's open windows.
 
     Usage up to `attributed_until` was counted already (a redelivery) and is skipped; an
     interval that overlaps it counts only its new part. A usage covering no time carries
-    no integrals and is skipped too.
+    no integrals and is skipped too. With `revised`, a part for a closed window within the
+    revision horizon revises it, and the window as revised is appended there (its record:
+    `revision_records`, once the lifecycle has seen the usage too); without it (or past
+    the horizon) the part is late.
     """
     state = state if state is not None else new_state(usage.uid)
     length = usage.end_ts - usage.ts
@@ -93,17 +115,37 @@ def add_usage(
     if length <= 0 or start >= usage.end_ts:
         return state, "duplicate"
     window_ms = windows.window_s * 1000
+    oldest = _oldest_revisable(state.closed_until, windows) if revised is not None else None
     open_ = {w.start: w for w in state.windows}
+    closed: dict[int, ClosedWindow] | None = None
+    touched: list[int] = []
     late = False
     cut = start
     while cut < usage.end_ts:
         bucket = window_start(cut, window_ms)
         stop = min(bucket + window_ms, usage.end_ts)
-        if bucket < state.closed_until:
-            late = True
-        else:
+        fraction = (stop - cut) / length
+        if bucket >= state.closed_until:
             window = open_.get(bucket, OpenWindow(start=bucket))
-            open_[bucket] = _accumulated(window, usage, (stop - cut) / length)
+            open_[bucket] = _accumulated(window, usage, fraction)
+        elif (
+            oldest is not None
+            and bucket + window_ms > oldest
+            and not (state.state == "finished" and cut >= state.since)
+        ):
+            # A closed window within the horizon; usage after a finish stays late (the
+            # finish's window was emitted ending there).
+            if closed is None:
+                closed = {c.window.start: c for c in state.revisable}
+            kept = closed.get(bucket) or ClosedWindow(
+                window=OpenWindow(start=bucket), end=_end_of(state, bucket, window_ms)
+            )
+            closed[bucket] = msgspec.structs.replace(
+                kept, window=_accumulated(kept.window, usage, fraction)
+            )
+            touched.append(bucket)
+        else:
+            late = True
         cut = stop
     state = msgspec.structs.replace(
         state,
@@ -112,10 +154,43 @@ def add_usage(
         windows=tuple(open_[k] for k in sorted(open_)),
         attributed_until=usage.end_ts,
     )
+    if closed is not None and revised is not None:
+        for bucket in touched:
+            kept = closed[bucket]
+            revised.append(kept)
+            closed[bucket] = msgspec.structs.replace(kept, copies=kept.copies + 1)
+        state = msgspec.structs.replace(state, revisable=tuple(closed[k] for k in sorted(closed)))
     return state, "late" if late else "added"
 
 
-def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
+def revision_records(
+    state: PodState, revised: list[ClosedWindow], windows: WindowSettings
+) -> list[Attribution]:
+    """The records of windows `add_usage` revised, with the pod's names and lifecycle of
+    `state`; each with the revision its copy count gives."""
+    window_ms = windows.window_s * 1000
+    return [
+        # The end as of now: a pod event applied late may have finished it inside.
+        _record(state, kept.window, _end_of(state, kept.window.start, window_ms), kept.copies)
+        for kept in revised
+    ]
+
+
+def _oldest_revisable(closed_until: int, windows: WindowSettings) -> int | None:
+    """The end a closed window must be past to be revised; None: revisions are off."""
+    horizon_ms = windows.revision_horizon_s * 1000
+    return closed_until - horizon_ms if horizon_ms > 0 else None
+
+
+def _end_of(state: PodState, start: int, window_ms: int) -> int:
+    """The end of the pod's window starting at `start`: the finish where it holds it."""
+    end = start + window_ms
+    if state.state == "finished" and start < state.since < end:
+        return state.since
+    return end
+
+
+def _record(state: PodState, window: OpenWindow, end: int, revision: int = 0) -> Attribution:
     """The attribution record of one window of the pod, ending at `end`."""
     gpus = window.gpus
     return Attribution(
@@ -151,6 +226,7 @@ def _record(state: PodState, window: OpenWindow, end: int) -> Attribution:
         waste_usd=sum(g.waste_usd for g in gpus),
         method=least_precise([g.method for g in gpus]),
         **_per_unit(window, sum(g.cost_usd for g in gpus)),
+        revision=revision,
     )
 
 
@@ -207,17 +283,27 @@ def close_windows(
     if not due and closed_until == state.closed_until:
         return state, []
     records = []
+    oldest = _oldest_revisable(closed_until, windows)
+    kept = [c for c in state.revisable if oldest is not None and c.end > oldest]
+    reached = state.attributed_until or 0
     for window in due:
         end = window.start + window_ms
         if finished and window.start < state.since < end:
             end = state.since
         records.append(_record(state, window, end))
-    # Keep the last state change at or before every window still to come, and later ones.
-    keep = sum(1 for when, _ in state.history if when <= closed_until)
+        if oldest is not None and reached < end and end > oldest:
+            # The pod's usage has not reached its end: what comes later revises it.
+            kept.append(ClosedWindow(window=window, end=end, copies=1))
+    # Keep the last state change at or before every window still to come or still to be
+    # revised (within the horizon: usage can still come for it), and later ones.
+    kept.sort(key=lambda c: c.window.start)
+    trim = closed_until if oldest is None else min(closed_until, oldest)
+    keep = sum(1 for when, _ in state.history if when <= trim)
     state = msgspec.structs.replace(
         state,
         windows=tuple(w for w in state.windows if w.start >= closed_until),
         closed_until=closed_until,
         history=state.history[max(keep - 1, 0) :],
+        revisable=tuple(kept),
     )
     return state, records

@@ -24,6 +24,7 @@ from schemas.pod_usage import PodUsage
 from streams.core.integrals import PodGpuIntegrals
 
 __all__ = [
+    "ClosedWindow",
     "Forgotten",
     "GpuTotals",
     "Held",
@@ -72,6 +73,16 @@ class OpenWindow(_State, frozen=True, kw_only=True, omit_defaults=True):
     gpus: tuple[GpuTotals, ...] = ()
     units: tuple[tuple[str, float], ...] = ()
     """Units of work done in the window (`pod.usage` units), by name, in name order."""
+
+
+class ClosedWindow(_State, frozen=True, kw_only=True, omit_defaults=True):
+    """A closed window that usage coming late may still revise (`pod_attribution`)."""
+
+    window: OpenWindow
+    end: int
+    """The end its record carries (a finished pod's last window ends at the finish)."""
+    copies: int = 0
+    """Copies of its record emitted so far: the next one's `revision`."""
 
 
 class Held(_State, frozen=True, kw_only=True):
@@ -150,7 +161,11 @@ class PodState(_State, frozen=True, kw_only=True):
     attributed_until: int | None = None
     """End of the newest usage counted into windows (older usage is a replay)."""
     closed_until: int = 0
-    """Every window that starts before this is closed: usage for it is late."""
+    """Every window that starts before this is closed: usage for it revises it, within the
+    revision horizon, and is late after."""
+    revisable: tuple[ClosedWindow, ...] = ()
+    """Closed windows usage may still come for (the pod's usage had not reached their end
+    when they closed), and those late usage made, within the horizon; by start."""
     # Alerts.
     queued_alert_since: int | None = None
     """Start of the current queued spell as the alert rules saw it; None when not queued."""

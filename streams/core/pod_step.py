@@ -23,7 +23,7 @@ from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from streams.core import lifecycle, pod_alerts, pod_attribution
 from streams.core.pod_attribution import UNKNOWN_POD_GRACE_MS
-from streams.core.pod_state import Held, PodState
+from streams.core.pod_state import ClosedWindow, Held, PodState
 
 # A finished pod's state is kept this long (event time) after it finished, so a late pod
 # event or usage still finds it finished instead of starting a new, unnamed pod.
@@ -48,7 +48,10 @@ class PodOutputs(NamedTuple):
     attributions: list[Attribution]
     alerts: list[Alert]
     late_usage: int = 0
-    """1 when a usage message had a part for a window already closed (not re-emitted)."""
+    """1 when a usage message had a part for a window closed past the revision horizon
+    (left out)."""
+    revisions: int = 0
+    """Records among `attributions` that revise a window emitted before."""
 
 
 def _finish(
@@ -84,10 +87,13 @@ def step_usage(
 ) -> tuple[PodState, PodOutputs]:
     """A `pod.usage` message: counted into windows; it may stall the pod or end a stall."""
     rules = rules.of(usage.cluster)
-    counted, outcome = pod_attribution.add_usage(state, usage, windows)
+    revised: list[ClosedWindow] = []
+    counted, outcome = pod_attribution.add_usage(state, usage, windows, revised)
     after, transitions = lifecycle.on_usage(counted, usage, rules)
     after, out = _finish(state, after, transitions, rules=rules, windows=windows, now_ms=None)
-    return after, out._replace(late_usage=int(outcome == "late"))
+    if revised:
+        out.attributions[:0] = pod_attribution.revision_records(after, revised, windows)
+    return after, out._replace(late_usage=int(outcome == "late"), revisions=len(revised))
 
 
 def step_watermark(
@@ -146,14 +152,15 @@ def release(
     lifecycle_: list[PodLifecycle] = []
     attributions: list[Attribution] = []
     alerts: list[Alert] = []
-    late = 0
+    late = revisions = 0
 
     def keep(out: PodOutputs) -> None:
-        nonlocal late
+        nonlocal late, revisions
         lifecycle_.extend(out.lifecycle)
         attributions.extend(out.attributions)
         alerts.extend(out.alerts)
         late += out.late_usage
+        revisions += out.revisions
 
     for item in ready:
         # Even with nothing due, a step moves what the watermark has closed (a pod with no
@@ -168,4 +175,4 @@ def release(
         keep(out)
     state, out = step_watermark(state, until, rules, windows)
     keep(out)
-    return state, PodOutputs(lifecycle_, attributions, alerts, late)
+    return state, PodOutputs(lifecycle_, attributions, alerts, late, revisions)

@@ -224,6 +224,33 @@ class UsageAggregator:
                     out.append(self._emit(track))
         return out
 
+    def due_by(self, until_ts: int) -> bool:
+        """Whether a pending message's flush boundary is at or before `until_ts`."""
+        return bool(self._due) and min(self._due) <= until_ts
+
+    def flush_behind(self, until_ts: int, node_end: int) -> list[PodUsage]:
+        """Messages whose flush boundary stream time `until_ts` has passed, of the pods
+        whose data ended before `node_end` (the end of their node's newest sample).
+
+        For a node behind stream time (its data late): stream time passed these boundaries
+        before its data made usage for them, so no `flush` will come for them; a pod its
+        data still reaches goes on to its boundary (`add`), one its data left is emitted,
+        as stream time passing the boundary would have done on time."""
+        out: list[PodUsage] = []
+        for due in sorted(due for due in self._due if due <= until_ts):
+            waiting = []
+            for uid in self._due.pop(due):
+                track = self.store.get(uid)
+                if track is None or track.pending is None or track.pending.due != due:
+                    continue
+                if track.last_end < node_end:
+                    out.append(self._emit(track))
+                else:
+                    waiting.append(uid)
+            if waiting:
+                self._due[due] = waiting
+        return out
+
     def _add_pod(
         self,
         sample: SampleIntegrals,

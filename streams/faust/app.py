@@ -200,6 +200,7 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         prices=PriceBook(settings.cost.prices),
         partitions=settings.kafka.partitions,
         idle_after_ms=settings.windows.source_idle_after_s * 1000,
+        horizon_ms=settings.windows.revision_horizon_s * 1000,
         input_end_ms=settings.worker.input_end_ms,
         now_ms=_wall_ms,
         fleet_topic=fleet,

@@ -104,6 +104,9 @@ class NodeConfig:
     firing: Callable[[Alert], None] | None = None
     """Called, when a partition is made from stored state, with each alert that state says
     is firing (`gpu_alerts.still_firing`): shown again by the metrics, not sent again."""
+    horizon_ms: int = 0
+    """How long closed windows can still be revised (`GPUWATCH_REVISION_HORIZON_S`): usage
+    that late is sent on, GPU windows are emitted again; 0: late data is left out."""
     fleet_topic: str | None = None
     """The internal fleet topic: each node's capacity view goes there when it changes
     (`streams.core.fleet`); None: no fleet capacity."""
@@ -212,7 +215,23 @@ class NodePartition:
             if meta.idle and low is not None:
                 self._advance(low, out)
         if self.stream_time is not None:
+            self._late_out(self.stream_time, out)
             self._watermark(self.stream_time, out)
+
+    def _late_out(self, st: int, out: Outputs) -> None:
+        """What late data made that stream time will not send on its own, sent at a tick:
+        pod usage whose flush boundary it passed before the data came, and kept GPU
+        windows revised since their last copy (the next window close may be far)."""
+        for node in self.nodes.values():
+            if node.usage.due_by(st):
+                out.emit_all(POD_USAGE, node.usage.flush(st))
+                self._dirty.add(node.key)
+            if node.windows.revisable:
+                revised = node.windows.revisions()
+                if revised:
+                    self.counters.revisions += len(revised)
+                    out.emit_all(GPU_WINDOWS, revised)
+                    self._dirty.add(node.key)
 
     def claim(self) -> tuple[int, bool] | None:
         """What the ticks say of this partition: (stream time, idle); None: nothing yet.
@@ -253,7 +272,7 @@ class NodePartition:
 
     def _runtime(self, doc: NodeDoc) -> NodeRuntime:
         c = self.config
-        return NodeRuntime(doc, c.window_ms, c.lateness_ms, c.flush_ms)
+        return NodeRuntime(doc, c.window_ms, c.lateness_ms, c.flush_ms, c.horizon_ms)
 
     def _node(self, key: str, name: NodeName, cluster: str) -> NodeRuntime:
         """The node `name` of `cluster`, whose key is `key` (`node_key`)."""
@@ -271,13 +290,44 @@ class NodePartition:
         frontier: int | None,
         sample: NvmlSample,
     ) -> list[PodUsage]:
-        """The pod usage messages the sample completes; its units of work left out counted."""
+        """The pod usage messages the sample completes; its units of work left out counted.
+
+        Usage behind the frontier revises the pod side's closed windows, within the
+        horizon; only what is older is left out (`late_until`)."""
+        late_until = None if frontier is None else frontier - self.config.horizon_ms
         if not sample.work:
-            return node.usage.add(integrals, frontier)
-        dropped = node.usage.units_dropped
-        usage = node.usage.add(integrals, frontier, sample.work)
-        self.counters.units_dropped += node.usage.units_dropped - dropped
+            usage = node.usage.add(integrals, late_until)
+        else:
+            dropped = node.usage.units_dropped
+            usage = node.usage.add(integrals, late_until, sample.work)
+            self.counters.units_dropped += node.usage.units_dropped - dropped
+        st = self.stream_time
+        if st is not None and node.usage.due_by(st):
+            # Stream time passed flush boundaries before this node's data made usage for
+            # them (late data): what its data has left is flushed now.
+            usage += node.usage.flush_behind(st, sample.ts + sample.interval_ms)
         return usage
+
+    def _account(
+        self,
+        node: NodeRuntime,
+        integrals: SampleIntegrals,
+        frontier: int | None,
+        sample: NvmlSample,
+        out: Outputs,
+    ) -> None:
+        """A sample's integrals into its pods' usage and its GPUs' windows; the usage it
+        completes sent, the kept windows its data has now passed (complete) sent again."""
+        late_before = node.usage.late
+        usage = self._usage(node, integrals, frontier, sample)
+        if node.windows.add(integrals) or node.usage.late != late_before:
+            self.counters.late += 1
+        out.emit_all(POD_USAGE, usage)
+        if node.windows.revisable:
+            revised = node.windows.revisions(sample.ts + sample.interval_ms)
+            if revised:
+                self.counters.revisions += len(revised)
+                out.emit_all(GPU_WINDOWS, revised)
 
     def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         c = self.config
@@ -301,11 +351,7 @@ class NodePartition:
         view = sample_view(sample)
         rules = c.rules.of(sample.cluster)
         integrals = integrate_sample(sample, rules.idle_util_pct, c.prices, view)
-        late_before = node.usage.late
-        usage = self._usage(node, integrals, frontier, sample)
-        if node.windows.add(integrals) or node.usage.late != late_before:
-            self.counters.late += 1
-        out.emit_all(POD_USAGE, usage)
+        self._account(node, integrals, frontier, sample, out)
         node.alert, alerts, lost = on_sample(
             node.alert,
             sample,
@@ -411,7 +457,7 @@ class NodePartition:
             self._close_mark = close_mark
             self._meta_dirty = True
             for node in self.nodes.values():
-                out.emit_all(GPU_WINDOWS, node.windows.close(st))
+                out.emit_all(GPU_WINDOWS, node.windows.close(st, node.seen_until))
                 self._dirty.add(node.key)  # its closed_through moved: store it
         if flush_mark != self._flush_mark:
             self._flush_mark = flush_mark

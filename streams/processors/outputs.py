@@ -67,7 +67,11 @@ class Counters:
     deadletter: int = 0
     """Messages sent to the deadletter topic."""
     late: int = 0
-    """Node samples or pod usage with a part for a window already closed (left out)."""
+    """Node samples or pod usage with a part for a window closed longer ago than the
+    revision horizon (left out)."""
+    revisions: int = 0
+    """Records of closed windows emitted for data that came after they closed, within the
+    revision horizon: again, revised, or first (a window nothing had come for)."""
     duplicates: int = 0
     """Redelivered inputs that changed nothing (samples older than the node's newest)."""
     samples_missing: int = 0

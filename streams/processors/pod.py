@@ -215,6 +215,7 @@ class PodPartition:
                 self._unhold(uid, ready, rest)
                 after, outputs = release(state, ready, wm, c.rules, c.windows)
                 self.counters.late += outputs.late_usage
+                self.counters.revisions += outputs.revisions
                 self._publish(outputs, out)
                 self._stepped[uid] = wm
                 self._keep(after)
@@ -402,6 +403,13 @@ class PodPartition:
             assert item.usage is not None  # an input is one or the other
             after, outputs = step_usage(before, item.usage, c.rules, c.windows)
             self.counters.late += outputs.late_usage
+            self.counters.revisions += outputs.revisions
+        if self.applied is not None:
+            # What the input makes due by the watermark already applied (the windows of a
+            # finished pod its late usage opened) happens now, not at a tick that may
+            # never move the watermark again.
+            self._publish(outputs, out)
+            after, outputs = step_watermark(after, self.applied, c.rules, c.windows)
         self._store(before, after, outputs, out)
 
     def _store(

@@ -147,7 +147,12 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
         "GpuwatchWorkerDown", "GpuwatchK8sWatcherDown", "GpuwatchSinkDown",
         "GpuwatchMetricsSeriesDropped", "GpuXidError", "GpuEccUncorrectable",
         "GpuRowRemapFailure", "GpuThrottled", "PodBlockedByFragmentation", "GpuCapacityStranded",
-        "WorkloadQueuedTooLong",
+        "WorkloadQueuedTooLong", "GpuwatchNodeSamplesStopped", "GpuwatchAllNodeAgentsDown",
+        "GpuwatchNodeAgentDown", "GpuwatchNodeAgentNotDelivering",
+        "GpuwatchNodeAgentSamplesDropped", "GpuwatchNodeAgentSamplesLost",
+        "GpuwatchNodeSamplesMissing", "GpuwatchLateEvents", "GpuwatchWorkUnitsDropped",
+        "GpuwatchRedisSinkRejected", "GpuwatchSinkInvalidRecords",
+        "GpuwatchK8sWatcherMessagesLost", "GpuwatchK8sWatcherMalformedObjects",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:

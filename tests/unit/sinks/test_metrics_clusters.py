@@ -33,6 +33,7 @@ PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_late_events", "gpuwatch_duplicate_events", "gpuwatch_samples_missing",
     "gpuwatch_metrics_series_dropped", "gpuwatch_metrics_tracked",
     "gpuwatch_work_units_dropped",
+    "gpuwatch_revisions",
 }  # fmt: skip
 
 

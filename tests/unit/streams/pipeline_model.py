@@ -11,6 +11,7 @@ does, and `drain` ends with every input read and the ticks applied until nothing
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 from collections.abc import Callable, Iterable
@@ -95,6 +96,9 @@ class Pipeline:
     windows: WindowSettings
     idle_after_ms: int = 60_000
     input_end_ms: int | None = None
+    end_ms: int | None = None
+    """Where the input ends, told the worker once everything is read and settled (as a
+    replay of a range is), so that every window of it closes; None: left open."""
     batch: int = 50
     logs: dict[str, list[list[tuple[bytes, bytes]]]] = field(default_factory=dict)
     derived: list[tuple[str, bytes]] = field(default_factory=list)
@@ -130,6 +134,7 @@ class Pipeline:
             prices=PriceBook(BUILTIN_PRICES),
             partitions=self.partitions,
             idle_after_ms=self.idle_after_ms,
+            horizon_ms=self.windows.revision_horizon_s * 1000,
             input_end_ms=self.input_end_ms,
             fleet_topic=FLEET if self.fleet else None,
         )
@@ -302,6 +307,32 @@ class Pipeline:
             after = (len(self.derived), sum(len(p) for p in self.logs[USAGE]))
             quiet = quiet + 1 if after == before else 0
 
+    def newest(self) -> dict[str, dict[tuple[Any, ...], Any]]:
+        """The newest revision of each window record (attribution, gpu.windows) by identity,
+        as a consumer that keeps the highest revision (the later of two equal) ends with."""
+        out: dict[str, dict[tuple[Any, ...], Any]] = {}
+        for topic, value in self.derived:
+            name = topic.removeprefix(PREFIX)
+            key = {"attribution": "uid", "gpu.windows": "uuid"}.get(name)
+            if key is None:
+                continue
+            record = json.loads(value)
+            identity = (record[key], record["window_start"])
+            kept = out.setdefault(name, {}).get(identity)
+            if kept is None or record.get("revision", 0) >= kept.get("revision", 0):
+                out[name][identity] = record
+        return out
+
+    def end(self) -> None:
+        """Tell the node side where the input ends (`end_ms`) and settle again."""
+        if self.end_ms is None:
+            return
+        self.input_end_ms = self.end_ms
+        for processor in self.node.partitions.values():
+            assert isinstance(processor, NodePartition)
+            processor.config = dataclasses.replace(processor.config, input_end_ms=self.end_ms)
+        self.settle()
+
     def records(self) -> dict[str, list[Any]]:
         """The derived records by topic name (unprefixed), each as sorted JSON objects."""
         out: dict[str, list[Any]] = {}
@@ -340,6 +371,7 @@ def run_backlog(history_inputs: list[Input], order: str, **kw: Any) -> Pipeline:
     pipe = Pipeline(**kw)
     pipe.produce(history_inputs)
     pipe.drain(ORDERS[order])
+    pipe.end()
     pipe.close()
     return pipe
 
@@ -357,6 +389,30 @@ EVERYTHING: list[tuple[str, str]] = [
 """Every agent's every input, ticks first: what a live worker reads as it comes."""
 
 
+def delayed(history_inputs: list[Input], outages: dict[bytes, tuple[int, int]]) -> list[Input]:
+    """The inputs in the order a live cluster sends them when some nodes' agents are cut off
+    from Kafka: each node's samples of `[start, end)` (by its key) held back in its outbox
+    and sent together, in their order, when event time reaches `end`."""
+    held: dict[bytes, list[Input]] = {}
+    out: list[Input] = []
+
+    def release(until: int | None) -> None:
+        for key in sorted(held):
+            end = outages[key][1]
+            if until is None or end <= until:
+                out.extend(held.pop(key))
+
+    for message in history_inputs:
+        release(message.ts)
+        outage = outages.get(message.key) if message.spec.name == NVML_SAMPLES.name else None
+        if outage is not None and outage[0] <= message.ts < outage[1]:
+            held.setdefault(message.key, []).append(message)
+            continue
+        out.append(message)
+    release(None)
+    return out
+
+
 def run_live(
     history_inputs: list[Input],
     every: int = 3,
@@ -365,7 +421,7 @@ def run_live(
     tear: random.Random | None = None,
     **kw: Any,
 ) -> Pipeline:
-    """Produced in event-time order while being read, a tick every few messages; with
+    """Produced in the order given while being read, a tick every few messages; with
     `crash_at`, a crash (`Pipeline.restart`, cut short by `tear`) after that message."""
     pipe = Pipeline(**kw)
     for n, message in enumerate(history_inputs):
@@ -377,5 +433,6 @@ def run_live(
         if n == crash_at:
             pipe.restart(tear)
     pipe.settle()
+    pipe.end()
     pipe.close()
     return pipe

@@ -113,14 +113,17 @@ def differences(history: History, partitions: int) -> list[str]:
     runs = {order: run(history, order, partitions) for order in ORDERS}
     base = runs["live"].records()
     out = []
-    # Late input is counted alike in every order; none at all where no sample is longer
-    # than the allowed lateness (a longer one can end after windows it covers closed).
+    # Late input (left out, or revising a closed window) is counted alike in every order;
+    # none at all where no sample is longer than the allowed lateness (a longer one can end
+    # after windows it covers closed).
     can_be_late = max(n.interval_ms for n in history.nodes) > WINDOWS.allowed_lateness_s * S
+    live = runs["live"].counters
     for order, pipe in runs.items():
-        if pipe.counters.late != runs["live"].counters.late or (
-            pipe.counters.late and not can_be_late
+        c = pipe.counters
+        if (c.late, c.revisions) != (live.late, live.revisions) or (
+            (c.late or c.revisions) and not can_be_late
         ):
-            out.append(f"{order}: {pipe.counters.late} late")
+            out.append(f"{order}: {c.late} late, {c.revisions} revisions")
         records = pipe.records()
         for topic in sorted(set(base) | set(records)):
             if base.get(topic, []) != records.get(topic, []):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from test_pod_fixtures import GPU_A, GPU_B, RULES, WINDOWS, gpu, pod, usage
 
@@ -76,24 +77,72 @@ def test_usage_across_a_boundary_is_split_in_proportion() -> None:
     assert first.vram_peak_bytes == second.vram_peak_bytes == 40 * 2**30
 
 
-def test_late_usage_is_counted_and_the_closed_window_not_re_emitted() -> None:
+def test_late_usage_revises_the_closed_window_it_belongs_to() -> None:
+    """Usage after its window closed (its node away) re-emits the whole window, revised."""
     state = feed(running(), [(0, 30)])
     state, out = step_watermark(state, 80 * S, RULES, WINDOWS)
     (closed,) = out.attributions
+    assert (closed.revision, closed.allocated_gpu_seconds) == (0, pytest.approx(30.0))
+    assert [c.window.start for c in state.revisable] == [0]  # usage had stopped at 30 s
     state, out = step_usage(state, usage(30 * S, 65 * S), RULES, WINDOWS)
-    assert out.late_usage == 1
+    assert (out.late_usage, out.revisions) == (0, 1)
+    (revised,) = out.attributions
+    assert (revised.window_start, revised.window_end, revised.revision) == (0, 60 * S, 1)
+    assert revised.allocated_gpu_seconds == pytest.approx(60.0)  # 30 + 30 s: the whole
+    assert revised.cost_usd == pytest.approx(0.06)
+    assert revised.state == closed.state
+    # The same identity as the first copy, and the same record as had it all come on time.
+    on_time = feed(running(), [(0, 30), (30, 65)])
+    _, out = step_watermark(on_time, 80 * S, RULES, WINDOWS)
+    (whole,) = out.attributions
+    assert msgspec.structs.replace(revised, revision=0) == whole
     state, out = step_watermark(state, 200 * S, RULES, WINDOWS)
+    (later,) = out.attributions
+    assert later.window_start == 60 * S  # the part after the window, in its own
+    assert later.allocated_gpu_seconds == pytest.approx(5.0)
+
+
+def test_usage_older_than_the_revision_horizon_is_late_and_left_out() -> None:
+    short = WindowSettings(window_s=60, allowed_lateness_s=10, revision_horizon_s=60)
+    state = running()
+    state, _ = step_usage(state, usage(0, 30 * S), RULES, short)
+    state, out = step_watermark(state, 200 * S, RULES, short)  # closed through 180 s
+    assert len(out.attributions) == 1
+    assert state.revisable == ()  # its end, 60 s, is past the horizon: nothing kept
+    state, out = step_usage(state, usage(30 * S, 65 * S), RULES, short)
+    assert (out.late_usage, out.revisions, out.attributions) == (1, 0, [])
+
+
+def test_without_revisions_late_usage_is_counted_and_the_window_not_re_emitted() -> None:
+    off = WindowSettings(window_s=60, allowed_lateness_s=10, revision_horizon_s=0)
+    state = running()
+    state, _ = step_usage(state, usage(0, 30 * S), RULES, off)
+    state, out = step_watermark(state, 80 * S, RULES, off)
+    (closed,) = out.attributions
+    state, out = step_usage(state, usage(30 * S, 65 * S), RULES, off)
+    assert (out.late_usage, out.revisions) == (1, 0)
+    state, out = step_watermark(state, 200 * S, RULES, off)
     (later,) = out.attributions
     assert later.window_start == 60 * S  # only the on-time part, in its own window
     assert later.allocated_gpu_seconds == pytest.approx(5.0)
     assert closed.allocated_gpu_seconds == pytest.approx(30.0)
 
 
+def test_a_window_the_usage_covered_to_its_end_is_not_kept() -> None:
+    state = feed(running(), [(0, 60), (60, 70)])
+    state, out = step_watermark(state, 60 * S, RULES, WINDOWS)
+    assert len(out.attributions) == 1
+    assert state.revisable == ()
+
+
 def test_a_window_with_no_usage_yet_is_closed_all_the_same() -> None:
     state, out = step_watermark(running(), 80 * S, RULES, WINDOWS)
     assert out.attributions == []
     _, out = step_usage(state, usage(10 * S, 20 * S), RULES, WINDOWS)
-    assert out.late_usage == 1
+    # Its first copy comes with the usage that came after it closed.
+    (first,) = out.attributions
+    assert (first.window_start, first.revision, out.late_usage) == (0, 0, 0)
+    assert first.allocated_gpu_seconds == pytest.approx(10.0)
 
 
 def test_repeated_usage_is_counted_once() -> None:
@@ -194,17 +243,21 @@ def test_reprocessing_yields_the_same_records() -> None:
     assert [r.window_start for r in run()] == [0, 60 * S, 120 * S]
 
 
-def test_history_is_trimmed_as_windows_close() -> None:
+@pytest.mark.parametrize("horizon_s", [0, 600])
+def test_history_is_trimmed_as_windows_close(horizon_s: int) -> None:
+    """To what windows still open or revisable need: those within the horizon."""
+    windows = WindowSettings(window_s=60, allowed_lateness_s=10, revision_horizon_s=horizon_s)
     state, changes = running(), 0
     for t in range(300, 3000, 100):  # active 50 s, then stalled (idle 300 s already)
         for start, idle in ((t, None), (t + 50, t + 50 - 300)):
             state, out = step_usage(
-                state, usage(start * S, (start + 50) * S, idle_since=idle), RULES, WINDOWS
+                state, usage(start * S, (start + 50) * S, idle_since=idle), RULES, windows
             )
             changes += len(out.lifecycle)
-        state, _ = step_watermark(state, (t + 100) * S, RULES, WINDOWS)
+        state, _ = step_watermark(state, (t + 100) * S, RULES, windows)
     assert changes == 2 * 27 - 1  # the first spell starts running already
-    assert len(state.history) <= 4
+    # Two changes every 100 s: those of the horizon's 600 s, and the one before it.
+    assert len(state.history) <= 4 + 2 * horizon_s // 100
 
 
 def test_close_windows_without_stream_time_closes_nothing() -> None:

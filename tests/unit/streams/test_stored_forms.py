@@ -64,9 +64,11 @@ def test_every_per_pod_total_extends_the_one_declaration() -> None:
     assert set(INTEGRALS) <= set(names(GpuUsage))
 
 
-def _pod_state_json(gpu_totals: bytes, *, request: bool = True) -> bytes:
-    # The GPU request and models came later: a state stored without them still loads.
+def _pod_state_json(gpu_totals: bytes, *, request: bool = True, revisable: bool = True) -> bytes:
+    # The GPU request and models came later, and the windows kept for revision later still:
+    # a state stored without them still loads.
     asked = b'"gpu_request":{},"gpu_products":null,' if request else b""
+    kept = b'"revisable":[],' if revisable else b""
     return (
         b'{"uid":"pod-a","namespace":"","name":"","node":null,"labels":{},"owner":null,'
         b'"created_at":null,' + asked + b'"resource_version":null,"event_ts":null,"deleted":false,'
@@ -74,7 +76,7 @@ def _pod_state_json(gpu_totals: bytes, *, request: bool = True) -> bytes:
         b'"usage_until":null,"horizon":0,"state":null,"reason":null,"since":0,'
         b'"accrued_until":0,"stall_idle_since":null,"queued_ms":0,"running_ms":0,'
         b'"stalled_ms":0,"history":[],"windows":[{"start":60000,"gpus":[' + gpu_totals + b"]}],"
-        b'"attributed_until":null,"closed_until":0,"queued_alert_since":null,'
+        b'"attributed_until":null,"closed_until":0,' + kept + b'"queued_alert_since":null,'
         b'"queued_alert_firing":false,"stalled_alert_since":null}'
     )
 
@@ -85,7 +87,9 @@ def test_a_pod_state_with_a_window_encodes_as_stored_and_decodes_the_previous_la
     raw = pod_state.encode(state)
     assert raw == _pod_state_json(b"{" + TOTALS_JSON + b"," + GPU_JSON + b"}")
     assert pod_state.decode(raw) == state
-    previous = _pod_state_json(b"{" + GPU_JSON + b"," + TOTALS_JSON + b"}", request=False)
+    previous = _pod_state_json(
+        b"{" + GPU_JSON + b"," + TOTALS_JSON + b"}", request=False, revisable=False
+    )
     assert pod_state.decode(previous) == state
 
 
