@@ -85,6 +85,10 @@ class PartitionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The longest sample interval seen: an idle partition is one left behind by more."""
     idle: bool = False
     """Caught up and left behind by the others (set by a tick, cleared by a sample)."""
+    live: bool = False
+    """Its newest sample was processed within `LIVE_MS` of its end, by the wall clock: live
+    data, not a backlog or a replay, so while it is quiet its time moves with the wall
+    clock (SEMANTICS.md, Time)."""
     held: list[K8sNode] = msgspec.field(default_factory=list)
     """Node events ahead of stream time, by `ts`: applied when stream time reaches them."""
 

@@ -59,6 +59,10 @@ class Tick(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """End offset of each input topic's partition when the tick was sent, by topic name."""
     starts: dict[str, int] = msgspec.field(default_factory=dict)
     """Log start offsets of the same partitions (an empty, never committed input is caught up)."""
+    now: int | None = None
+    """The sender's wall clock (epoch ms) just before it took `ends`: a partition the tick
+    finds caught up had in Kafka everything sent before then (SEMANTICS.md, Time: quiet
+    partitions move with the wall clock)."""
 
 
 _DECODER: Final = msgspec.json.Decoder(Tick)
@@ -255,6 +259,11 @@ class SourceWatermarks:
         return max(self._claims.values(), default=None)
 
     def lowest_active(self, but: int) -> int | None:
-        """The lowest stream time of the partitions not idle, other than `but` (None: none)."""
-        active = (st for p, st in self._claims.items() if p != but and not self._idle[p])
-        return min(active, default=None)
+        """The lowest stream time of the partitions not idle, other than `but`; when every
+        other one is idle, the lowest of theirs that has a sample (a fleet gone quiet, its
+        partitions moved by the wall clock); None: none."""
+        active = [st for p, st in self._claims.items() if p != but and not self._idle[p]]
+        if active:
+            return min(active)
+        quiet = (st for p, st in self._claims.items() if p != but and st >= 0)
+        return min(quiet, default=None)

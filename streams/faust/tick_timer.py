@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -104,8 +105,10 @@ class TickSender:
         send: Callable[[int, bytes], None],
         flush: Callable[[], Awaitable[None]],
         inputs: Iterable[str],
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
+        self._wall = wall
         self.partitions = settings.kafka.partitions
         self.instance = instance
         self.node_loop = node_loop
@@ -137,6 +140,8 @@ class TickSender:
         # Every record made so far, to the broker: the usage the claims promise included.
         await self._flush()
         tps = [(topic, q) for topic in self.inputs for q in range(self.partitions)]
+        # The wall clock before the end offsets: what was in Kafka then is within them.
+        now_ms = int(self._wall() * 1000)
         ends, starts = await self.probe.offsets(tps)
         # Owned partitions get a tick even before any claim: it loads their state.
         for q in sorted(targets | owned):
@@ -146,6 +151,7 @@ class TickSender:
                 idle=idle,
                 ends={topic: ends[(topic, q)] for topic in self.inputs},
                 starts={topic: starts[(topic, q)] for topic in self.inputs},
+                now=now_ms,
             )
             self._send(q, encode_tick(tick))
             self.sent += 1

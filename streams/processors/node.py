@@ -73,9 +73,13 @@ from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
 
-__all__ = ["IDLE_AFTER_MS", "META_KEY", "NodeConfig", "NodePartition"]
+__all__ = ["IDLE_AFTER_MS", "LIVE_MS", "META_KEY", "NodeConfig", "NodePartition"]
 
 IDLE_AFTER_MS = 60_000  # the default of GPUWATCH_SOURCE_IDLE_AFTER_S
+# A sample processed within this of its end (wall clock) is live data: its partition, when
+# it goes quiet, moves with the wall clock. Older is a backlog or a replay (only data moves
+# its time); two minutes cover an agent's retries and a worker a little behind.
+LIVE_MS = 120_000
 
 META_KEY = b""  # the partition's own document; node keys are never empty
 
@@ -205,6 +209,10 @@ class NodePartition:
         if c.input_end_ms is not None:
             self._advance(c.input_end_ms + 2 * c.lateness_ms, out)
         else:
+            if tick.now is not None and meta.live:
+                # Caught up with live data and quiet: what was sent up to the tick is in,
+                # so time moves with the wall clock less the lateness (silence is seen).
+                self._advance(tick.now - c.lateness_ms, out)
             highest = self.sources.highest
             if not meta.idle and (
                 meta.covered is None
@@ -388,6 +396,7 @@ class NodePartition:
         meta.covered = _later(meta.covered, node.seen_until)
         meta.longest_interval_ms = max(meta.longest_interval_ms, sample.interval_ms)
         meta.idle = False
+        meta.live = c.now_ms is not None and c.now_ms() - node.seen_until <= LIVE_MS
         self._meta_dirty = True
         self._advance(sample.ts, out)
         if c.live is not None:
