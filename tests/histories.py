@@ -473,3 +473,35 @@ def long_history(
 def partition_of(key: bytes, partitions: int) -> int:
     """A key's partition in the in-memory pipeline (any stable hash co-partitions)."""
     return zlib.crc32(key) % partitions
+
+
+def sent(
+    history_inputs: list[Input], outages: dict[bytes, tuple[int, int]]
+) -> list[tuple[int, Input]]:
+    """The inputs in the order a live cluster sends them when some nodes' agents are cut off
+    from Kafka, each with the event time it is sent at: a node's samples of `[start, end)`
+    (by its key) held back in its agent's outbox and sent together, in their order, when
+    event time reaches `end`."""
+    held: dict[bytes, list[Input]] = {}
+    out: list[tuple[int, Input]] = []
+
+    def release(until: int | None) -> None:
+        for key in sorted(held):
+            end = outages[key][1]
+            if until is None or end <= until:
+                out.extend((end, m) for m in held.pop(key))
+
+    for message in history_inputs:
+        release(message.ts)
+        outage = outages.get(message.key) if message.spec.name == NVML_SAMPLES.name else None
+        if outage is not None and outage[0] <= message.ts < outage[1]:
+            held.setdefault(message.key, []).append(message)
+            continue
+        out.append((message.ts, message))
+    release(None)
+    return out
+
+
+def delayed(history_inputs: list[Input], outages: dict[bytes, tuple[int, int]]) -> list[Input]:
+    """The inputs in the order `sent` gives."""
+    return [message for _, message in sent(history_inputs, outages)]

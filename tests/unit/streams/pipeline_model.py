@@ -389,30 +389,6 @@ EVERYTHING: list[tuple[str, str]] = [
 """Every agent's every input, ticks first: what a live worker reads as it comes."""
 
 
-def delayed(history_inputs: list[Input], outages: dict[bytes, tuple[int, int]]) -> list[Input]:
-    """The inputs in the order a live cluster sends them when some nodes' agents are cut off
-    from Kafka: each node's samples of `[start, end)` (by its key) held back in its outbox
-    and sent together, in their order, when event time reaches `end`."""
-    held: dict[bytes, list[Input]] = {}
-    out: list[Input] = []
-
-    def release(until: int | None) -> None:
-        for key in sorted(held):
-            end = outages[key][1]
-            if until is None or end <= until:
-                out.extend(held.pop(key))
-
-    for message in history_inputs:
-        release(message.ts)
-        outage = outages.get(message.key) if message.spec.name == NVML_SAMPLES.name else None
-        if outage is not None and outage[0] <= message.ts < outage[1]:
-            held.setdefault(message.key, []).append(message)
-            continue
-        out.append(message)
-    release(None)
-    return out
-
-
 def run_live(
     history_inputs: list[Input],
     every: int = 3,

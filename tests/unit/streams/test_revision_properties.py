@@ -15,10 +15,10 @@ import math
 import random
 from typing import Any
 
-from histories import History
+from histories import History, delayed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pipeline_model import Pipeline, delayed, run_backlog, run_live
+from pipeline_model import Pipeline, run_backlog, run_live
 from test_backlog_properties import IDLE_AFTER_MS, RULES, histories
 
 from schemas.settings import WindowSettings
