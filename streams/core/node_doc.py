@@ -89,6 +89,10 @@ class PartitionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Its newest sample was processed within `LIVE_MS` of its end, by the wall clock: live
     data, not a backlog or a replay, so while it is quiet its time moves with the wall
     clock (SEMANTICS.md, Time)."""
+    lag_ms: int = 0
+    """How long after its end (wall clock) its newest sample was processed: a quiet
+    partition's time moves with the wall clock less this and the lateness, from where its
+    data was."""
     held: list[K8sNode] = msgspec.field(default_factory=list)
     """Node events ahead of stream time, by `ts`: applied when stream time reaches them."""
 

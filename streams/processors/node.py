@@ -211,8 +211,9 @@ class NodePartition:
         else:
             if tick.now is not None and meta.live:
                 # Caught up with live data and quiet: what was sent up to the tick is in,
-                # so time moves with the wall clock less the lateness (silence is seen).
-                self._advance(tick.now - c.lateness_ms, out)
+                # so time moves with the wall clock, less the lateness and the lag its data
+                # came with (silence is seen; data a little behind is not made late).
+                self._advance(tick.now - meta.lag_ms - c.lateness_ms, out)
             highest = self.sources.highest
             if not meta.idle and (
                 meta.covered is None
@@ -396,7 +397,9 @@ class NodePartition:
         meta.covered = _later(meta.covered, node.seen_until)
         meta.longest_interval_ms = max(meta.longest_interval_ms, sample.interval_ms)
         meta.idle = False
-        meta.live = c.now_ms is not None and c.now_ms() - node.seen_until <= LIVE_MS
+        if c.now_ms is not None:
+            lag = c.now_ms() - node.seen_until
+            meta.live, meta.lag_ms = lag <= LIVE_MS, max(lag, 0)
         self._meta_dirty = True
         self._advance(sample.ts, out)
         if c.live is not None:

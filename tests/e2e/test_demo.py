@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 import redis
 from support import free_port, run_command
+from topic_io import consume_all
 
 from gpuwatch import kafka
+from schemas import ATTRIBUTION
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -136,15 +138,37 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
     table = _report(demo_scope, "--by", "team", "--step", "1h")
     assert "(unallocated)" in table, table
     assert "COST USD" in table, table
+    # The pods' allocated cost equals the GPU windows' (within 1 %) over the windows both
+    # sides closed: the pod side closes a window once every node partition's time has
+    # passed it, so the ones after the last window it closed are left out (`--to`).
+    scoped = stack.model_copy(
+        update={"kafka": stack.kafka.model_copy(update={"topic_prefix": _prefix(demo_scope)})}
+    )
+    topic = ATTRIBUTION.full_name(_prefix(demo_scope))
+    closed = max(json.loads(r.value)["window_end"] for r in consume_all(scoped, topic))
+    to = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(closed // 1000 - 60))
+    report = _report(demo_scope, "--step", "1h", "--format", "json", to=to)
+    totals = [r for r in json.loads(report) if r["kind"] == "total"]
+    assert totals, report
+    for row in totals:
+        print("FIGURES report total", row["step_start"], row["allocated_cost_gap"])
+        assert row["allocated_cost_gap"] is not None, row
+        assert abs(row["allocated_cost_gap"]) <= 0.01, row
 
 
-def _report(scope: dict[str, str], *args: str) -> str:
+def _prefix(scope: dict[str, str]) -> str:
+    return scope["GPUWATCH_TOPIC_PREFIX"]
+
+
+def _report(scope: dict[str, str], *args: str, to: str | None = None) -> str:
     """`gpuwatch report` over the demo's topics, its simulated time (run ahead of the wall
-    clock at its speed) inside the period; the output."""
+    clock at its speed) inside the period (up to `to` where given); the output."""
     span = [
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
         for t in (time.time() - 6 * 3600, time.time() + 6 * 3600)
     ]
+    if to is not None:
+        span[1] = to
     argv = [str(GPUWATCH), "report", "--from", span[0], "--to", span[1], *args]
     done = run_command(argv, timeout_s=120, env={**os.environ, **scope})
     assert done.returncode == 0, done.stderr + done.stdout

@@ -133,3 +133,17 @@ def test_a_partition_without_samples_follows_the_quiet_ones_when_all_are_idle() 
     # While one is active, it is the active ones that count, as before.
     marks.update({0: W0 + 600 * S}, idle=[])
     assert marks.lowest_active(but=2) == W0 + 600 * S
+
+
+def test_data_that_comes_a_little_behind_is_not_made_late_by_the_wall_clock() -> None:
+    """Live data processed 60 s after it ended (a slow agent, a worker a little behind):
+    quiet, the partition moves with the wall clock from where its data was, less the
+    lateness, so the data that follows at the same lag is on time."""
+    wall = Wall(W0 + 90 * S)  # the samples of [0, 30) s, processed 60 s after they ended
+    part, out = partition(wall)
+    feed(part, samples(0, 30), out)
+    assert (part.meta.live, part.meta.lag_ms) == (True, 60 * S)
+    tick(part, out, now=W0 + 99 * S)  # 99 - 60 - 10: short of the last sample's start
+    assert part.stream_time == W0 + 29 * S
+    tick(part, out, now=W0 + 130 * S)
+    assert part.stream_time == W0 + 60 * S  # 130 - 60 - 10
