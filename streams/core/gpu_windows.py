@@ -224,7 +224,8 @@ class GpuWindows:
 
     def revisions(self, until: int | None = None) -> list[GpuWindow]:
         """The kept windows data came for since their last copy, emitted again; with `until`
-        only those ending by then (the node's data has passed them: complete)."""
+        (the end of the node's newest sample) only those ending by then, which are complete
+        and forgotten: the node's data has passed them, nothing more can come for them."""
         due = [
             key
             for key, kept in self.revisable.items()
@@ -236,6 +237,8 @@ class GpuWindows:
             out.append(kept.acc.close(self.cluster, kept.copies))
             kept.copies += 1
             kept.revised = False
+            if until is not None:
+                del self.revisable[key]
         return out
 
     def close(self, stream_time: int, covered: int | None = None) -> list[GpuWindow]:
@@ -256,8 +259,11 @@ class GpuWindows:
                     self.revisable[(uuid, start)] = KeptWindow(acc, copies=1)
         if self.revisable:
             out.extend(self.revisions())
-            for key in [k for k in self.revisable if not self._revisable(k[1])]:
-                del self.revisable[key]
+            # Past the horizon, or complete (the node's data has passed its end).
+            for key, kept in list(self.revisable.items()):
+                end = kept.acc.window_end
+                if not self._revisable(key[1]) or (covered is not None and end <= covered):
+                    del self.revisable[key]
         return out
 
     def _revisable(self, start: int) -> bool:

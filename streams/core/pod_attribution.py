@@ -14,7 +14,7 @@ usage is late: counted by the caller, never emitted. Usage arrives in order per 
 node's), and usage up to `attributed_until` is a redelivery, so only windows whose end the
 pod's usage had not reached when they closed can be revised: only those are kept (a pod
 whose node went quiet, or whose usage ended), never the windows of pods that report on
-time.
+time; and a kept window the pod's usage has passed the end of is complete and forgotten.
 """
 
 from __future__ import annotations
@@ -159,7 +159,11 @@ def add_usage(
             kept = closed[bucket]
             revised.append(kept)
             closed[bucket] = msgspec.structs.replace(kept, copies=kept.copies + 1)
-        state = msgspec.structs.replace(state, revisable=tuple(closed[k] for k in sorted(closed)))
+        # A window the pod's usage has passed the end of is complete: nothing more comes.
+        state = msgspec.structs.replace(
+            state,
+            revisable=tuple(closed[k] for k in sorted(closed) if closed[k].end > usage.end_ts),
+        )
     return state, "late" if late else "added"
 
 
@@ -284,8 +288,8 @@ def close_windows(
         return state, []
     records = []
     oldest = _oldest_revisable(closed_until, windows)
-    kept = [c for c in state.revisable if oldest is not None and c.end > oldest]
     reached = state.attributed_until or 0
+    kept = [c for c in state.revisable if oldest is not None and c.end > max(oldest, reached)]
     for window in due:
         end = window.start + window_ms
         if finished and window.start < state.since < end:

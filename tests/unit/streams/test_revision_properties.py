@@ -198,6 +198,13 @@ def test_a_node_cut_off_for_two_minutes_keeps_every_second_of_its_usage() -> Non
     assert (late.counters.late, on_time.counters.revisions) == (0, 0)
     assert late.counters.revisions > 0
     assert differences(on_time, late) == []
+    # What was kept for revision is forgotten once the data has passed it.
+    node_side = [
+        n.windows.revisable for p in late.node.partitions.values() for n in p.nodes.values()
+    ]
+    pod_side = [state.revisable for p in late.pod.partitions.values() for state in p.pods.values()]
+    assert not any(node_side)
+    assert not any(pod_side)
     seconds = {
         (r["uid"], r["window_start"] - t0): r["allocated_gpu_seconds"]
         for r in late.newest()["attribution"].values()
