@@ -2,8 +2,12 @@
 
 The codec already rejects wrong types and out-of-range values (negative bytes, percent above
 100). What is left are relations between fields and plausibility: a check here fails only
-where the message cannot be true (or is a unit mix-up), never on what a real driver, kubelet
-or clock reports, because a rejected node sample loses the tick of every GPU of the node.
+where the message cannot be true (or is a unit mix-up), never on what a real driver or
+kubelet reports, because a rejected node sample loses the tick of every GPU of the node. The
+one exception is a clock: an event time further ahead of the worker's wall clock than the
+clock skew allowed is refused although a badly set clock reports it, as accepting it would
+move stream time there and make every other node's data late. The key check words why a
+message's key is not its value's identity (`wrong_key`; the decoder compares the bytes).
 Each function returns reasons, one line each; empty means OK. It runs per message on the hot
 path, so a valid message costs a few comparisons per GPU and allocates nothing but the list.
 """
@@ -18,7 +22,7 @@ from schemas.nvml_sample import NvmlSample
 
 __all__ = [
     "CLOCK_SKEW_MS",
-    "MAX_AHEAD_MS",
+    "MAX_CLOCK_SKEW_MS",
     "MAX_INTERVAL_MS",
     "MAX_POWER_W",
     "MAX_TS_MS",
@@ -30,6 +34,7 @@ __all__ = [
     "check_sample",
     "check_size",
     "unknown_devices",
+    "wrong_key",
 ]
 
 # A node sample of 8 GPUs, each split into 7 MIG instances with a few processes, is under
@@ -39,13 +44,15 @@ __all__ = [
 MAX_VALUE_BYTES = 512 * 1024
 MIN_TS_MS = 1_420_070_400_000  # 2015-01-01Z: before Kubernetes 1.0; less is seconds, not ms
 MAX_TS_MS = 4_102_444_800_000  # 2100-01-01Z: more is micro- or nanoseconds, not ms
-MAX_AHEAD_MS = 86_400_000  # a day ahead of the wall clock: no synced clock is that far off
+MAX_CLOCK_SKEW_MS = 300_000  # the default of GPUWATCH_MAX_CLOCK_SKEW_S
 MIN_INTERVAL_MS = 10  # NVML averages utilization over ~100 ms; under 10 ms is no sample
 MAX_INTERVAL_MS = 3_600_000  # an hour: the agent claims its nominal interval after a stall
 MAX_POWER_W = 5_000.0  # the largest GPU boards draw about 1.5 kW; more is milliwatts
 CLOCK_SKEW_MS = 60_000  # kubelet vs API server clocks and 1 s timestamps: a minute's slack
 _MEM_SLACK = 100  # used may exceed total by total/100: drivers round the total down
 _SUM_RATIO, _SUM_SLACK = 1.5, 1 << 30  # processes vs device: separate reads, ms apart
+_SHOWN = 100  # characters of a key or an identity a reason shows: hostile names run to 10 kB
+_KEYS = {"node": "node name", "pod_uid": "pod uid"}
 
 
 def check_size(raw: bytes) -> str | None:
@@ -55,23 +62,49 @@ def check_size(raw: bytes) -> str | None:
     return None
 
 
-def _time(field: str, ts: int, reference_ms: int | None) -> str | None:
+def wrong_key(key: bytes | None, identity: str, kind: str) -> str:
+    """Why a message's key is wrong: it is not `identity`, the value's own `kind` of key
+    (`TopicSpec.key`: "node", "pod_uid"), or there is none. The caller compares the bytes;
+    this only words the reason."""
+    what = f"the value's {_KEYS.get(kind, kind.replace('_', ' '))} {_shown(identity)}"
+    if key is None:
+        return f"no key: the key must be {what}"
+    return f"key {_shown(key.decode('utf-8', 'backslashreplace'))} is not {what}"
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms // 1000} s" if ms % 1000 == 0 else f"{ms / 1000:.3f} s"
+
+
+def _time(field: str, ts: int, reference_ms: int | None, max_ahead_ms: int) -> str | None:
     """Why an event time is implausible, or None."""
     if ts < MIN_TS_MS:
         return f"{field} {ts} is before 2015 (seconds instead of milliseconds?)"
     if ts >= MAX_TS_MS:
         return f"{field} {ts} is after 2100 (micro- or nanoseconds instead of milliseconds?)"
-    if reference_ms is not None and ts > reference_ms + MAX_AHEAD_MS:
-        return f"{field} {ts} is more than a day ahead of the wall clock {reference_ms}"
+    if reference_ms is not None and ts > reference_ms + max_ahead_ms:
+        return (
+            f"{field} {ts} is {_seconds(ts - reference_ms)} ahead of the wall clock "
+            f"{reference_ms}, more than the clock skew allowed ({_seconds(max_ahead_ms)}, "
+            "GPUWATCH_MAX_CLOCK_SKEW_S)"
+        )
     return None
 
 
-def check_sample(sample: NvmlSample, reference_ms: int | None) -> list[str]:
-    """Why a node sample cannot be true; `reference_ms` is the wall clock (None: no check).
+def check_sample(sample: NvmlSample, reference_ms: int | None, max_ahead_ms: int) -> list[str]:
+    """Why a node sample cannot be true; `reference_ms` is the wall clock (None: no check),
+    `max_ahead_ms` how far ahead of it an event time may be (`max_clock_skew_s`).
 
     The future is judged by the wall clock, not by stream time: after a gap (a node down
     for a week, live data after a replay of history) data far ahead of the stream time is
-    normal, and rejecting it would stop the stream time there for good.
+    normal, and rejecting it would stop the stream time there for good. Data ahead of the
+    wall clock is another matter: it would move the partition's stream time there, close
+    every other node's windows and find them silent, so one wrong clock (or a producer
+    holding the Kafka credential) would make the partition's real data late.
 
     Not errors: a MIG instance whose parent is not in the sample (the parent's reading
     failed; the instance is still accountable), processes without memory readings (null is
@@ -80,7 +113,7 @@ def check_sample(sample: NvmlSample, reference_ms: int | None) -> list[str]:
     errors: list[str] = []
     if not sample.node:
         errors.append("node is empty")
-    bad_ts = _time("ts", sample.ts, reference_ms)
+    bad_ts = _time("ts", sample.ts, reference_ms, max_ahead_ms)
     if bad_ts is not None:
         errors.append(bad_ts)
     interval = sample.interval_ms
@@ -132,15 +165,19 @@ def unknown_devices(sample: NvmlSample) -> list[str]:
     ]
 
 
-def check_pod(pod: K8sPod, reference_ms: int | None) -> list[str]:
-    """Why a pod event cannot be true; `reference_ms` is the wall clock (None: no check).
+def check_pod(pod: K8sPod, reference_ms: int | None, max_ahead_ms: int) -> list[str]:
+    """Why a pod event cannot be true; `reference_ms` is the wall clock (None: no check),
+    `max_ahead_ms` how far ahead of it `ts` may be.
 
     Times set by the kubelet (started, finished) come from the node's clock and may precede
     `created_at` (the API server's clock, whole seconds) by up to `CLOCK_SKEW_MS`.
     """
     errors = [
         reason
-        for reason in (_time("ts", pod.ts, reference_ms), _time("created_at", pod.created_at, None))
+        for reason in (
+            _time("ts", pod.ts, reference_ms, max_ahead_ms),
+            _time("created_at", pod.created_at, None, max_ahead_ms),
+        )
         if reason is not None
     ]
     earliest = pod.created_at - CLOCK_SKEW_MS
@@ -156,14 +193,15 @@ def check_pod(pod: K8sPod, reference_ms: int | None) -> list[str]:
     return errors
 
 
-def check_node(node: K8sNode, reference_ms: int | None) -> list[str]:
-    """Why a node event cannot be true; `reference_ms` is the wall clock (None: no check).
+def check_node(node: K8sNode, reference_ms: int | None, max_ahead_ms: int) -> list[str]:
+    """Why a node event cannot be true; `reference_ms` is the wall clock (None: no check),
+    `max_ahead_ms` how far ahead of it `ts` may be.
 
     Its `ts` moves the partition's stream time like a sample's does, so a node event a year
     ahead would close every window of the partition at once: it is judged like a sample's.
     """
     errors = [] if node.node else ["node is empty"]
-    bad_ts = _time("ts", node.ts, reference_ms)
+    bad_ts = _time("ts", node.ts, reference_ms, max_ahead_ms)
     if bad_ts is not None:
         errors.append(bad_ts)
     return errors

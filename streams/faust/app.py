@@ -192,6 +192,7 @@ _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
 def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
     prefix = settings.kafka.topic_prefix
     fleet = fleet_topic_name(settings)
+    skew_ms = settings.windows.max_clock_skew_s * 1000
     node = NodeConfig(
         prefix=prefix,
         window_ms=settings.windows.window_s * 1000,
@@ -203,6 +204,7 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         horizon_ms=settings.windows.revision_horizon_s * 1000,
         input_end_ms=settings.worker.input_end_ms,
         now_ms=_wall_ms,
+        max_clock_skew_ms=skew_ms,
         fleet_topic=fleet,
     )
     pod = PodConfig(
@@ -211,13 +213,14 @@ def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
         settings.rules,
         settings.windows,
         now_ms=_wall_ms,
+        max_clock_skew_ms=skew_ms,
         fleet_topic=fleet,
     )
     return node, pod
 
 
 def _wall_ms() -> int:
-    """The wall clock in epoch ms: only to refuse event times a day in the future."""
+    """The wall clock in epoch ms: the processors' `now_ms`."""
     return int(time.time() * 1000)
 
 

@@ -67,7 +67,7 @@ from streams.core.node_doc import (
     encode,
     node_key,
 )
-from streams.core.sanity import check_node, check_sample, unknown_devices
+from streams.core.sanity import MAX_CLOCK_SKEW_MS, check_node, check_sample, unknown_devices
 from streams.core.split import sample_view
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
@@ -105,6 +105,9 @@ class NodeConfig:
     """Called with each new sample once processed (live GPU state for the sinks)."""
     now_ms: Callable[[], int] | None = None
     """The wall clock, for the one check of event time against it (data a day ahead)."""
+    max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS
+    """How far ahead of `now_ms` a sample's or node event's time may be
+    (`GPUWATCH_MAX_CLOCK_SKEW_S`): later ones are dead-lettered and move no stream time."""
     firing: Callable[[Alert], None] | None = None
     """Called, when a partition is made from stored state, with each alert that state says
     is firing (`gpu_alerts.still_firing`): shown again by the metrics, not sent again."""
@@ -340,7 +343,15 @@ class NodePartition:
 
     def _sample(self, source: Source, raw: bytes, out: Outputs) -> int | None:
         c = self.config
-        sample = out.decode(NVML_SAMPLES, source, raw, check_sample, c.now_ms)
+        sample = out.decode(
+            NVML_SAMPLES,
+            source,
+            raw,
+            check_sample,
+            now_ms=c.now_ms,
+            max_ahead_ms=c.max_clock_skew_ms,
+            keyed=True,
+        )
         if sample is None:
             return None
         self.counters.unknown_devices += len(unknown_devices(sample))
@@ -407,7 +418,16 @@ class NodePartition:
         return sample.ts
 
     def _node_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
-        event = out.decode(K8S_NODES, source, raw, check_node, self.config.now_ms)
+        c = self.config
+        event = out.decode(
+            K8S_NODES,
+            source,
+            raw,
+            check_node,
+            now_ms=c.now_ms,
+            max_ahead_ms=c.max_clock_skew_ms,
+            keyed=True,
+        )
         if event is None:
             return None
         if self.stream_time is None or event.ts > self.stream_time:

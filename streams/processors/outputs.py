@@ -20,7 +20,7 @@ import msgspec
 from schemas.codec import MalformedJSON, SchemaError, TopicSpec, UnknownSchemaVersion
 from schemas.deadletter import NOT_FROM_KAFKA, DeadLetter
 from schemas.topics import DEADLETTER
-from streams.core.sanity import check_size
+from streams.core.sanity import MAX_CLOCK_SKEW_MS, check_size, wrong_key
 
 __all__ = [
     "MAX_LETTER_BYTES",
@@ -45,7 +45,7 @@ LOG_EVERY_S = 10.0  # one dead-letter warning per this many seconds: a flood mus
 MAX_LETTER_BYTES = 900_000
 MAX_RECORD_BYTES = MAX_LETTER_BYTES  # of any record, key included; the same reason
 
-DeadKind = Literal["json", "schema", "version", "values", "tombstone", "tick", "internal"]
+DeadKind = Literal["json", "schema", "version", "values", "key", "tombstone", "tick", "internal"]
 """Why a message was dead-lettered, as a bounded word for metrics (the record has the text)."""
 
 
@@ -172,21 +172,32 @@ class Outputs:
         spec: TopicSpec[T],
         source: Source,
         raw: bytes,
-        check: Callable[[T, int | None], list[str]] | None = None,
+        check: Callable[[T, int | None, int], list[str]] | None = None,
+        *,
         now_ms: Callable[[], int] | None = None,
+        max_ahead_ms: int = MAX_CLOCK_SKEW_MS,
+        keyed: bool = False,
     ) -> T | None:
-        """An input decoded and, with `check`, checked against the wall clock `now_ms`;
-        None once it is dead-lettered (the codec's reason, or the check's errors)."""
+        """An input decoded and, with `check`, checked against the wall clock `now_ms`
+        (event times at most `max_ahead_ms` ahead of it); `keyed`: its key must be its
+        value's identity (`spec.key_of`). None once it is dead-lettered: the codec's
+        reason, or the check's errors and the key's."""
         try:
             value = spec.decode(raw)
         except SchemaError as exc:
             self.rejected(source, raw, exc)
             return None
-        if check is not None:
-            errors = check(value, None if now_ms is None else now_ms())
-            if errors:
-                self.dead(source, raw, "; ".join(errors))
-                return None
+        wall = None if now_ms is None else now_ms()
+        errors = [] if check is None else check(value, wall, max_ahead_ms)
+        kind: DeadKind = "values"
+        if keyed and source.key != (identity := spec.key_of(value)).encode():
+            # Keyed otherwise, the value is on another partition than the rest of its node's
+            # or pod's data, and would start a second state of it there.
+            kind = "values" if errors else "key"
+            errors.append(wrong_key(source.key, identity, spec.key))
+        if errors:
+            self.dead(source, raw, "; ".join(errors), kind)
+            return None
         return value
 
     def rejected(self, source: Source, raw: bytes | None, exc: SchemaError) -> None:

@@ -55,7 +55,7 @@ from streams.core.pod_step import (
     step_usage,
     step_watermark,
 )
-from streams.core.sanity import check_pod
+from streams.core.sanity import MAX_CLOCK_SKEW_MS, check_pod
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
 from streams.core.usage import FLUSH_MS
 from streams.processors.fleet import (
@@ -89,6 +89,8 @@ class PodConfig:
     """Called with each pod usage once processed (live share and VRAM for the sinks)."""
     now_ms: Callable[[], int] | None = None
     """The wall clock, for the one check of event time against it (data a day ahead)."""
+    max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS
+    """How far ahead of `now_ms` a pod event's time may be (`GPUWATCH_MAX_CLOCK_SKEW_S`)."""
     flush_ms: int = FLUSH_MS
     """The node side's usage flush period (for its usage frontier)."""
     firing: Callable[[Alert], None] | None = None
@@ -331,7 +333,16 @@ class PodPartition:
         return None if self.fleet is None else self.fleet.checkpoint()
 
     def _pod_event(self, source: Source, raw: bytes, out: Outputs) -> int | None:
-        event = out.decode(K8S_PODS, source, raw, check_pod, self.config.now_ms)
+        c = self.config
+        event = out.decode(
+            K8S_PODS,
+            source,
+            raw,
+            check_pod,
+            now_ms=c.now_ms,
+            max_ahead_ms=c.max_clock_skew_ms,
+            keyed=True,
+        )
         if event is None:
             return None
         self._input(source, Held(key=event.ts, event=event), out)

@@ -1,23 +1,41 @@
-"""Hostile input on the node side: node events judged like samples, dead letters that fit."""
+"""Hostile input on the node side: node events judged like samples, data dated ahead of the
+wall clock or keyed by another node, dead letters that fit."""
 
 from __future__ import annotations
 
 import json
 
-from test_gpu_alerts_fixtures import GPU_A, NODE, POD_P, RULES, S, alloc, gpu, sample
+import msgspec
+from test_gpu_alerts_fixtures import (
+    GPU_A,
+    GPU_B,
+    NODE,
+    POD_P,
+    POD_Q,
+    RULES,
+    S,
+    alloc,
+    gpu,
+    sample,
+)
 
-from schemas import GPU_WINDOWS, K8S_NODES, NVML_SAMPLES
+from schemas import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, NvmlSample
 from schemas.deadletter import TOPIC as DEADLETTER
+from schemas.ids import NodeName
 from schemas.prices import BUILTIN_PRICES
 from streams.core.integrals import PriceBook
 from streams.core.sanity import check_node
 from streams.processors.node import NodeConfig, NodePartition
-from streams.processors.outputs import MAX_LETTER_BYTES, Counters, Outputs, Source
+from streams.processors.outputs import MAX_LETTER_BYTES, Counters, Outputs, Record, Source
 
 W0 = 1_764_399_960_000  # a window start (a multiple of 60 s)
 WALL = W0 + 600 * S
 PREFIX = "t."
 YEAR = 365 * 86_400 * S
+HOUR = 3_600 * S
+SKEW = 300 * S  # GPUWATCH_MAX_CLOCK_SKEW_S's default
+OTHER = NodeName("gpu-node-18")
+SAMPLES = NVML_SAMPLES.full_name(PREFIX)
 
 
 def node_event(**changes: object) -> bytes:
@@ -38,7 +56,13 @@ def node_event(**changes: object) -> bytes:
 
 def partition() -> tuple[NodePartition, Outputs, Counters]:
     config = NodeConfig(
-        PREFIX, 60 * S, 10 * S, RULES, PriceBook(BUILTIN_PRICES), now_ms=lambda: WALL
+        PREFIX,
+        60 * S,
+        10 * S,
+        RULES,
+        PriceBook(BUILTIN_PRICES),
+        now_ms=lambda: WALL,
+        max_clock_skew_ms=SKEW,
     )
     counters = Counters()
     return NodePartition(0, config, counters), Outputs(PREFIX, counters), counters
@@ -51,13 +75,15 @@ def letters(out: Outputs) -> list[str]:
 
 def test_check_node_refuses_what_check_sample_refuses_in_ts() -> None:
     good = K8S_NODES.decode(node_event())
-    assert check_node(good, WALL) == []
+    assert check_node(good, WALL, SKEW) == []
     ahead = K8S_NODES.decode(node_event(ts=WALL + 10 * YEAR))
-    assert check_node(ahead, WALL) == [
-        f"ts {WALL + 10 * YEAR} is more than a day ahead of the wall clock {WALL}"
+    assert check_node(ahead, WALL, SKEW) == [
+        f"ts {WALL + 10 * YEAR} is 315360000 s ahead of the wall clock {WALL}, more than the "
+        "clock skew allowed (300 s, GPUWATCH_MAX_CLOCK_SKEW_S)"
     ]
+    assert check_node(K8S_NODES.decode(node_event(ts=WALL + SKEW)), WALL, SKEW) == []
     seconds = K8S_NODES.decode(node_event(ts=W0 // S, node=""))
-    assert check_node(seconds, None) == [
+    assert check_node(seconds, None, SKEW) == [
         "node is empty",
         f"ts {W0 // S} is before 2015 (seconds instead of milliseconds?)",
     ]
@@ -78,6 +104,122 @@ def test_a_node_event_years_ahead_is_dead_lettered_and_closes_no_window() -> Non
     errors = letters(out)
     assert "ahead of the wall clock" in errors[0]
     assert "after 2100" in errors[1]
+
+
+def two_nodes(seconds: int) -> list[NvmlSample]:
+    """NODE (GPU A, pod P busy) and OTHER (GPU B, pod Q idle) sampled at 1 Hz from W0."""
+    out = []
+    for t in range(seconds):
+        out.append(sample(W0 + t * S, [gpu(GPU_A, 80.0)], [alloc(POD_P, GPU_A)], seq=t))
+        other = sample(W0 + t * S, [gpu(GPU_B, 0.0)], [alloc(POD_Q, GPU_B)], seq=t)
+        out.append(msgspec.structs.replace(other, node=OTHER))
+    return out
+
+
+def run(
+    bad: dict[int, tuple[bytes | None, NvmlSample]], seconds: int = 150
+) -> tuple[NodePartition, list[Record], Counters, dict[int, int | None]]:
+    """Two healthy nodes' samples, each keyed by its node, with `bad` (key, sample) sent
+    after the message of that index: the partition, its records, counters, and its stream
+    time just before and after each bad message."""
+    part, out, counters = partition()
+    seen: dict[int, int | None] = {}
+    offset = 0
+    for i, item in enumerate(two_nodes(seconds)):
+        part.handle(Source(SAMPLES, 0, offset, item.node.encode()), NVML_SAMPLES.encode(item), out)
+        offset += 1
+        if i in bad:
+            key, value = bad[i]
+            before = part.stream_time
+            assert (
+                part.handle(Source(SAMPLES, 0, offset, key), NVML_SAMPLES.encode(value), out)
+                is None
+            )
+            assert part.stream_time == before
+            seen[i] = before
+            offset += 1
+    return part, out.take(), counters, seen
+
+
+def healthy(records: list[Record]) -> list[tuple[str, bytes, bytes]]:
+    """The records of the healthy nodes' data: all but the dead letters."""
+    return [(r.topic, r.key, r.value) for r in records if r.topic != DEADLETTER.full_name(PREFIX)]
+
+
+def test_a_sample_dated_past_the_clock_skew_is_dead_lettered_and_moves_no_stream_time() -> None:
+    """A fourth node's one sample six hours ahead, and one of a known node an hour ahead:
+    both dead-lettered; the other nodes' records are those of the run without them."""
+    future = sample(WALL + 6 * HOUR, [gpu(GPU_A, 10.0)], [], seq=1)
+    stranger = msgspec.structs.replace(future, node=NodeName("gpu-node-ahead"))
+    known = sample(WALL + HOUR, [gpu(GPU_A, 80.0)], [alloc(POD_P, GPU_A)], seq=9_999)
+    _, clean, clean_counters, _ = run({})
+    part, records, counters, seen = run(
+        {41: (b"gpu-node-ahead", stranger), 101: (NODE.encode(), known)}
+    )
+    assert seen == {41: W0 + 20 * S, 101: W0 + 50 * S}
+    assert healthy(records) == healthy(clean)
+    assert [r for r in records if r.topic == ALERTS.full_name(PREFIX)] == [
+        r for r in clean if r.topic == ALERTS.full_name(PREFIX)
+    ]
+    windows = [GPU_WINDOWS.decode(r.value) for r in records if r.topic.endswith("gpu.windows")]
+    # Closed by the healthy data alone, at 70 s and 130 s of their time.
+    assert sorted({w.window_start for w in windows}) == [W0, W0 + 60 * S]
+    assert not any(
+        a.name == "NodeTelemetryMissing"
+        for a in (ALERTS.decode(r.value) for r in records if r.topic.endswith("alerts"))
+    )
+    assert sorted(part.nodes) == [NODE, OTHER]  # the stranger left no state
+    assert part.stream_time == W0 + 149 * S
+    errors = letters_of(records)
+    assert errors == [
+        f"ts {WALL + 6 * HOUR} is 21600 s ahead of the wall clock {WALL}, more than the clock "
+        "skew allowed (300 s, GPUWATCH_MAX_CLOCK_SKEW_S)",
+        f"ts {WALL + HOUR} is 3600 s ahead of the wall clock {WALL}, more than the clock skew "
+        "allowed (300 s, GPUWATCH_MAX_CLOCK_SKEW_S)",
+    ]
+    assert counters.dead_by == {(SAMPLES, "values"): 2}
+    assert counters.late == clean_counters.late == 0
+    # The known node's next samples are not taken for replays of the one refused.
+    assert counters.duplicates == clean_counters.duplicates == 0
+
+
+def test_a_sample_keyed_by_another_node_or_by_none_is_dead_lettered() -> None:
+    """Keyed by OTHER, NODE's sample would be a second state of NODE on OTHER's partition;
+    keyed by none, on any partition. Both are refused whole and change nothing."""
+    # Taken, NODE's sample of 100 s would make its own samples of 31 s to 99 s replays.
+    mine = sample(W0 + 100 * S, [gpu(GPU_A, 0.0)], [alloc(POD_P, GPU_A)], seq=100)
+    newcomer = msgspec.structs.replace(mine, node=NodeName("gpu-node-new"))
+    _, clean, _, _ = run({})
+    part, records, counters, _ = run(
+        {61: (OTHER.encode(), mine), 62: (None, mine), 90: (NODE.encode(), newcomer)}
+    )
+    assert healthy(records) == healthy(clean)
+    assert sorted(part.nodes) == [NODE, OTHER]
+    assert letters_of(records) == [
+        f"key '{OTHER}' is not the value's node name '{NODE}'",
+        f"no key: the key must be the value's node name '{NODE}'",
+        f"key '{NODE}' is not the value's node name 'gpu-node-new'",
+    ]
+    assert counters.dead_by == {(SAMPLES, "key"): 3}
+    letter = DEADLETTER.decode(next(r.value for r in records if r.topic.endswith("deadletter")))
+    assert letter.key == OTHER  # the key it came with, for whoever looks into it
+
+
+def test_a_node_event_keyed_by_another_node_is_dead_lettered() -> None:
+    part, out, counters = partition()
+    nodes = Source(K8S_NODES.full_name(PREFIX), 0, 0, OTHER.encode())
+    assert part.handle(nodes, node_event(), out) is None
+    assert letters(out) == [f"key '{OTHER}' is not the value's node name '{NODE}'"]
+    assert part.meta.held == []  # not waiting for stream time either
+    assert counters.dead_by == {(K8S_NODES.full_name(PREFIX), "key"): 1}
+    good = Source(K8S_NODES.full_name(PREFIX), 0, 1, NODE.encode())
+    assert part.handle(good, node_event(), out) == W0 + 5 * S
+    assert counters.deadletter == 1
+
+
+def letters_of(records: list[Record]) -> list[str]:
+    topic = DEADLETTER.full_name(PREFIX)
+    return [DEADLETTER.decode(r.value).error for r in records if r.topic == topic]
 
 
 def impossible_sample(processes: int) -> bytes:

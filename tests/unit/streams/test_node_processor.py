@@ -49,8 +49,10 @@ def samples(start_s: int, stop_s: int, util: float = 50.0) -> list[NvmlSample]:
 
 
 def feed(part: NodePartition, items: list[NvmlSample], out: Outputs, offset: int = 0) -> None:
+    """Each sample keyed by its node, as the agents key them."""
     for i, item in enumerate(items):
-        part.handle(Source(SAMPLES, 0, offset + i, NODE.encode()), NVML_SAMPLES.encode(item), out)
+        source = Source(SAMPLES, 0, offset + i, item.node.encode())
+        part.handle(source, NVML_SAMPLES.encode(item), out)
 
 
 def decoded(out: Outputs, spec: Any) -> list[Any]:
@@ -137,10 +139,19 @@ def test_bad_input_becomes_a_dead_letter_and_late_input_is_counted() -> None:
     letters: list[DeadLetter] = decoded(out, DEADLETTER)
     assert [(d.offset, d.partition, d.key) for d in letters] == [(n, 0, "x") for n in (75, 76, 77)]
     assert "not JSON" in letters[0].error
-    assert "power_w 9000000000.0 is above 5000 W" in letters[1].error
+    assert letters[1].error == (
+        f"gpu {GPU_A}: power_w 9000000000.0 is above 5000 W; "
+        f"gpu {GPU_B}: power_w 9000000000.0 is above 5000 W; "
+        f"key 'x' is not the value's node name '{NODE}'"
+    )  # every reason, the key's last
     assert letters[1].raw_bytes() == absurd
     assert "tombstone" in letters[2].error
     assert counters.deadletter == 3
+    assert counters.dead_by == {
+        (SAMPLES, "json"): 1,
+        (SAMPLES, "values"): 1,
+        (SAMPLES, "tombstone"): 1,
+    }
     # A node first seen now, with data for the window the partition closed at t0 + 70 s.
     newcomer = msgspec.structs.replace(samples(5, 6)[0], node=NodeName("gpu-node-late"))
     feed(part, [newcomer], out, offset=78)
@@ -201,12 +212,17 @@ def test_data_after_a_week_long_gap_is_taken_and_only_the_wall_clock_bounds_the_
     feed(part, back, out, offset=5)
     assert counters.deadletter == 0
     assert part.stream_time == W0 + week + 4 * S
-    # A sample two days ahead of the wall clock is refused, and moves nothing.
-    future = msgspec.structs.replace(back[-1], ts=wall + 2 * 86_400 * S, seq=10)
+    # A sample further ahead of the wall clock than the clock skew allowed (300 s) is
+    # refused, and moves nothing; one at the limit is taken.
+    future = msgspec.structs.replace(back[-1], ts=wall + 300 * S + 1, seq=10)
     feed(part, [future], out, offset=10)
     (letter,) = decoded(out, DEADLETTER)
-    assert "more than a day ahead of the wall clock" in letter.error
+    assert "300.001 s ahead of the wall clock" in letter.error
     assert part.stream_time == W0 + week + 4 * S
+    at_limit = msgspec.structs.replace(back[-1], ts=wall + 300 * S, seq=11)
+    feed(part, [at_limit], out, offset=11)
+    assert counters.deadletter == 1
+    assert part.stream_time == wall + 300 * S
 
 
 def test_units_of_work_go_with_the_pods_usage_and_those_of_a_pod_without_any_are_counted() -> None:

@@ -30,12 +30,17 @@ def inputs() -> list[tuple[str, int, bytes]]:
     ]
 
 
+def key(topic: str, raw: bytes) -> bytes:
+    """An input's key: its pod's uid."""
+    return (K8S_PODS if topic == PODS else POD_USAGE).decode(raw).uid.encode()
+
+
 def forgotten(counters: Counters) -> tuple[PodPartition, Outputs, int]:
     """The inputs processed, then a watermark an hour after the pod finished: it is forgotten
     while the other pod's usage is still held. (partition, outputs, watermark)"""
     p, out = part(counters), Outputs(PREFIX, counters)
     for topic, offset, raw in inputs():
-        p.handle(Source(topic, 0, offset, None), raw, out)
+        p.handle(Source(topic, 0, offset, key(topic, raw)), raw, out)
     now = B + 60 * S + FINISHED_KEEP_MS + 20 * S
     p.on_tick(claims(p0=now, p1=now), out)
     assert UID not in p.pods
@@ -57,7 +62,7 @@ def test_a_pod_forgotten_before_a_restart_is_not_started_again_by_its_inputs_rea
     again, out2 = part(counters, stored), Outputs(PREFIX, counters)
     for topic, offset, raw in inputs():
         if offset >= positions[topic]:
-            again.handle(Source(topic, 0, offset, None), raw, out2)
+            again.handle(Source(topic, 0, offset, key(topic, raw)), raw, out2)
     later = now + 600 * S  # past the 5 minutes a pod without a pod event keeps its windows
     again.on_tick(claims(p0=later, p1=later), out2)
     # Before: the last 30 s read again started the pod anew, and its window came out again

@@ -107,7 +107,7 @@ def due_only(inputs: list[Input]) -> tuple[list[tuple[str, Any]], PodPartition]:
         elif isinstance(item, PodUsage):
             part.handle(Source(USAGE, 0, offset, None), POD_USAGE.encode(item), out)
         else:
-            part.handle(Source(PODS, 0, offset, None), K8S_PODS.encode(item), out)
+            part.handle(Source(PODS, 0, offset, item.uid.encode()), K8S_PODS.encode(item), out)
     assert counters.deadletter == 0
     records = []
     for record in out.records:
@@ -206,7 +206,7 @@ def test_a_tick_steps_only_the_due_pods() -> None:
     out = Outputs(PREFIX, counters)
     for n, uid in enumerate(UIDS):
         event: K8sPod = pod("Running", ts=SHIFT, rv=1, uid=uid, created_at=SHIFT)
-        part.handle(Source(PODS, 0, n, None), K8S_PODS.encode(event), out)
+        part.handle(Source(PODS, 0, n, uid.encode()), K8S_PODS.encode(event), out)
     busy = usage(SHIFT, SHIFT + 5 * S, uid=UIDS[0])
     part.handle(Source(USAGE, 0, 0, None), POD_USAGE.encode(busy), out)
     part.on_tick(WorkerTick(sender="w", claims={0: SHIFT + 10 * S}), out)

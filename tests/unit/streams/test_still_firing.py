@@ -214,7 +214,9 @@ def test_a_node_partition_made_from_stored_state_re_announces_its_firing_alerts(
         gpus = [gpu(GPU_A, 1.0), leaking if t < 65 else gpu(GPU_B, 30.0)]
         item = sample(T0 + t * S, gpus, [alloc(POD_P, GPU_A)], seq=t)
         first.handle(
-            Source(NVML_SAMPLES.full_name(PREFIX), 0, t, None), NVML_SAMPLES.encode(item), out
+            Source(NVML_SAMPLES.full_name(PREFIX), 0, t, item.node.encode()),
+            NVML_SAMPLES.encode(item),
+            out,
         )
     sent = sent_alerts(out)
     assert [(a.name, a.status) for a in sent] == [
@@ -241,7 +243,9 @@ def test_a_node_partition_re_announces_missing_telemetry() -> None:
     ]
     for i, item in enumerate(items):
         first.handle(
-            Source(NVML_SAMPLES.full_name(PREFIX), 0, i, None), NVML_SAMPLES.encode(item), out
+            Source(NVML_SAMPLES.full_name(PREFIX), 0, i, item.node.encode()),
+            NVML_SAMPLES.encode(item),
+            out,
         )
     first.on_tick(Tick(sender="w", claims={0: T0 + 40 * S}), out)
     (fired,) = sent_alerts(out)
@@ -257,7 +261,7 @@ def test_a_pod_partition_made_from_stored_state_re_announces_its_firing_alerts()
     config = PodConfig(PREFIX, 1, RULES, WINDOWS)
     first, out = PodPartition(0, config, counters), Outputs(PREFIX, counters)
     event = K8S_PODS.encode(pod("Pending", ts=T0, rv=1, created_at=T0))
-    first.handle(Source(K8S_PODS.full_name(PREFIX), 0, 0, None), event, out)
+    first.handle(Source(K8S_PODS.full_name(PREFIX), 0, 0, UID.encode()), event, out)
     first.on_tick(Tick(sender="w", claims={0: T0 + 700 * S}), out)
     (fired,) = sent_alerts(out)
     assert (fired.name, fired.status, fired.subject.uid) == ("PodQueuedTooLong", "firing", UID)
@@ -267,7 +271,7 @@ def test_a_pod_partition_made_from_stored_state_re_announces_its_firing_alerts()
     assert heard == [fired]
     assert list(again.pods) == [UID]
     running = K8S_PODS.encode(pod("Running", ts=T0 + 800 * S, rv=2, created_at=T0))
-    first.handle(Source(K8S_PODS.full_name(PREFIX), 0, 1, None), running, out)
+    first.handle(Source(K8S_PODS.full_name(PREFIX), 0, 1, UID.encode()), running, out)
     first.on_tick(Tick(sender="w", claims={0: T0 + 900 * S}), out)
     assert [a.status for a in sent_alerts(out)] == ["firing", "resolved"]
     stored = [(k, v) for k, v in first.take_writes() if v is not None]

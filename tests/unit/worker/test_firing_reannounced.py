@@ -51,7 +51,7 @@ def feed(part: NodePartition, out: Outputs, first_s: int, last_s: int, util: flo
     for t in range(first_s, last_s):
         reading = BASE["gpus"][0] | {"util_pct": util, "processes": []}
         item = msgspec.convert(BASE | {"ts": T0 + t * S, "seq": t, "gpus": [reading]}, NvmlSample)
-        part.handle(Source(SAMPLES, 0, t, None), NVML_SAMPLES.encode(item), out)
+        part.handle(Source(SAMPLES, 0, t, item.node.encode()), NVML_SAMPLES.encode(item), out)
 
 
 def stored(part: NodePartition, table: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
