@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import io
+import math
 import os
 import signal
 import subprocess
@@ -40,9 +41,10 @@ from gpuwatch.top.live import run as run_top
 from schemas.settings import Settings
 from sinks.redis.sink import redact_url
 
-__all__ = ["DemoError", "DemoOptions", "demo_env", "run", "where_to_look"]
+__all__ = ["DemoError", "DemoOptions", "clock_skew_s", "demo_env", "run", "where_to_look"]
 
 UNBOUNDED_HORIZON_S = 3600.0  # a fast demo without --duration meets the wall clock after this
+MAX_CLOCK_SKEW_S = 86_400  # the most GPUWATCH_MAX_CLOCK_SKEW_S takes: a day
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end the demo as Ctrl-C does (a service manager, a closed terminal)."""
 STOP_GRACE_S = 30.0  # the worker commits and leaves its group on SIGTERM within seconds
@@ -88,11 +90,15 @@ class Child:
     log: Path
 
 
-def demo_env(settings: Settings) -> dict[str, str]:
-    """The environment of the demo's children: ours, the demo's rules under the user's."""
+def demo_env(settings: Settings, options: DemoOptions | None = None) -> dict[str, str]:
+    """The environment of the demo's children: ours, the demo's rules under the user's, and
+    a clock skew that covers how far simulated time runs ahead of the wall clock."""
     env = dict(os.environ)
     for name, value in DEMO_RULES.items():
         env.setdefault(name, value)
+    skew = None if options is None else clock_skew_s(options, settings.windows.max_clock_skew_s)
+    if skew is not None:
+        env.setdefault("GPUWATCH_MAX_CLOCK_SKEW_S", str(skew))
     env["GPUWATCH_KAFKA_BOOTSTRAP"] = settings.kafka.bootstrap
     env["GPUWATCH_TOPIC_PREFIX"] = settings.kafka.topic_prefix
     env["GPUWATCH_APP_ID"] = settings.kafka.app_id
@@ -118,6 +124,27 @@ def epoch_for(options: DemoOptions, now: float) -> float:
         return now
     horizon = UNBOUNDED_HORIZON_S if options.duration_s is None else options.duration_s
     return now - (options.speed - 1) * horizon
+
+
+def clock_skew_s(options: DemoOptions, skew_s: int) -> int | None:
+    """The worker's clock skew that takes all the simulated run's data, where `skew_s`
+    (the settings') does not; None where it does.
+
+    Above speed 1 simulated time runs ahead of the wall clock by (speed - 1) seconds a
+    second from where it meets it: at once on a real API server (`kube`, the simulation
+    starts now), after its hour without `--duration` (`epoch_for`), never with it. The
+    worker dead-letters data further ahead than its clock skew, so the demo's worker gets
+    the lead of the whole run plus the usual skew, at most a day (the setting's maximum):
+    a faster or longer run than that loses its data past a day ahead.
+    """
+    if options.speed <= 1 or (options.duration_s is not None and not options.kube):
+        return None
+    if options.duration_s is None:
+        wanted = MAX_CLOCK_SKEW_S
+    else:
+        lead_s = math.ceil((options.speed - 1) * options.duration_s)
+        wanted = min(MAX_CLOCK_SKEW_S, lead_s + skew_s)
+    return wanted if wanted > skew_s else None
 
 
 def where_to_look(settings: Settings, logs: Path, *, kube: bool = False) -> str:
@@ -265,7 +292,7 @@ def children(
 ) -> Iterator[list[Child]]:
     """The worker, the sinks and the simulator, running; stopped on the way out, whatever
     happens."""
-    env = demo_env(settings)
+    env = demo_env(settings, options)
     exe = [sys.executable, "-m", "gpuwatch.cli"]
     sim = [*exe, "simulate", "--scenario", options.scenario, "--speed", f"{options.speed:g}"]
     if options.kube:

@@ -11,7 +11,7 @@ import pytest
 
 from gpuwatch.cli import build_parser
 from gpuwatch.run import demo
-from gpuwatch.run.demo import DemoOptions, demo_env, epoch_for, where_to_look
+from gpuwatch.run.demo import DemoOptions, clock_skew_s, demo_env, epoch_for, where_to_look
 from schemas.settings import Settings
 
 NOW = 1_800_000_000.0
@@ -34,6 +34,37 @@ def test_simulated_time_meets_the_wall_clock_at_the_end(
     horizon = duration if duration is not None else 3600.0
     if speed > 1:  # event time after `horizon` wall seconds equals the wall clock then
         assert start + speed * horizon == NOW + horizon
+
+
+@pytest.mark.parametrize(
+    ("speed", "duration", "kube", "skew"),
+    [
+        (1.0, None, False, None),  # live: event time is wall time
+        (1.0, None, True, None),
+        (10.0, 60.0, False, None),  # starts 540 s in the past, meets the clock at the end
+        (10.0, None, False, 86_400),  # ahead without end after its hour: the most there is
+        (10.0, 60.0, True, 840),  # starts now, 540 s ahead at the end, plus the usual 300 s
+        (60.0, 3_600.0, True, 86_400),  # 59 hours ahead at the end: a day, the most
+    ],
+)
+def test_the_demos_worker_takes_data_as_far_ahead_as_simulated_time_runs(
+    speed: float, duration: float | None, kube: bool, skew: int | None
+) -> None:
+    options = DemoOptions(speed=speed, duration_s=duration, kube=kube)
+    assert clock_skew_s(options, 300) == skew
+    assert clock_skew_s(options, 86_400) is None  # the settings' covers it already
+
+
+def test_the_demos_clock_skew_is_set_for_the_children_unless_the_user_set_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GPUWATCH_MAX_CLOCK_SKEW_S", raising=False)
+    fast = DemoOptions(speed=10.0, duration_s=60.0, kube=True)
+    assert demo_env(Settings(), fast)["GPUWATCH_MAX_CLOCK_SKEW_S"] == "840"
+    behind = DemoOptions(speed=10.0, duration_s=60.0)  # never ahead of the clock
+    assert "GPUWATCH_MAX_CLOCK_SKEW_S" not in demo_env(Settings(), behind)
+    monkeypatch.setenv("GPUWATCH_MAX_CLOCK_SKEW_S", "600")
+    assert demo_env(Settings(), fast)["GPUWATCH_MAX_CLOCK_SKEW_S"] == "600"
 
 
 def test_the_users_rules_win_over_the_demos(monkeypatch: pytest.MonkeyPatch) -> None:
