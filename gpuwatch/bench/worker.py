@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -104,6 +105,13 @@ class WorkerBenchConfig:
     def pods(self) -> int:
         """Pods of the fleet: one per GPU."""
         return self.nodes * self.gpus
+
+    @property
+    def paced_lead_s(self) -> float:
+        """How far the paced load's event time gets ahead of the wall time it takes: each
+        round of every node's next sample is `interval_s` of event time (`Fleet.paced`)."""
+        messages = max(1, int(self.paced_gpu_samples_per_s / self.gpus * self.paced_seconds))
+        return max(0.0, math.ceil(messages / self.nodes) * self.interval_s - self.paced_seconds)
 
     @property
     def catch_up_s(self) -> float:
@@ -226,7 +234,9 @@ def bench_worker(settings: Settings, config: WorkerBenchConfig, say: Say) -> Wor
     ticks = 2000 if config.producer_kafka else 500
     producer = bench_producer(settings, ticks, config.gpus, config.producer_kafka, 5.0)
     say(f"simulating {config.nodes} nodes x {config.gpus} GPUs for {config.seconds} s")
-    t0 = int(time.time() * 1000) - (config.seconds + 5) * 1000
+    # The paced load goes on from the backlog's end: that far back, its data is never ahead
+    # of the wall clock (a worker dead-letters data past GPUWATCH_MAX_CLOCK_SKEW_S ahead).
+    t0 = int((time.time() - config.seconds - 5 - config.paced_lead_s) * 1000)
     fleet = build_fleet(
         config.nodes, config.gpus, config.seconds, t0, config.watch, interval_s=config.interval_s
     )

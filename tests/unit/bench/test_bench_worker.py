@@ -45,6 +45,17 @@ def test_options_override_the_defaults_and_cap_the_watched_gpus_at_the_nodes() -
     assert FULL.catch_up_s == 60
 
 
+def test_the_paced_load_starts_far_enough_back_never_to_run_ahead_of_the_wall_clock() -> None:
+    assert FULL.paced_lead_s == 0  # 5,000 node samples a second of 5,000 nodes: 1 s a second
+    assert QUICK.paced_lead_s == 0  # 500 a second of 1,000 nodes: 4 s in 8 s
+    # BENCHMARKS.md's backlog: 500 node samples a second of 125 nodes for 10 s are 40
+    # rounds of 57 s each, 2,280 s of event time in 10 s of wall time.
+    backlog = worker_config(
+        quick=False, gpus=8, nodes=125, seconds=86_400, interval_s=57, rate=4000, paced_seconds=10
+    )
+    assert backlog.paced_lead_s == 2_270
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
