@@ -15,6 +15,7 @@ from .fields import (
     Labels,
     LifecycleState,
     NonNegFloat,
+    Revision,
     Seconds,
     Sharing,
     Usd,
@@ -98,15 +99,7 @@ class Attribution(Value, frozen=True, kw_only=True, omit_defaults=True):
             "that name was done in the window (added within v1)"
         ),
     ] = msgspec.field(default_factory=dict)
-    revision: Annotated[
-        int,
-        msgspec.Meta(
-            ge=0,
-            description="0 (absent) for the first copy; a window revised by data that came "
-            "after it closed is emitted again whole, same identity, with a higher revision: "
-            "consumers keep the highest (added within v1)",
-        ),
-    ] = 0
+    revision: Revision = 0
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

@@ -18,6 +18,7 @@ __all__ = [
     "NonNegFloat",
     "Pct",
     "Ratio",
+    "Revision",
     "Seconds",
     "Sharing",
     "Usd",
@@ -35,6 +36,16 @@ Seconds = Annotated[float, msgspec.Meta(ge=0, description="seconds (an integral 
 Usd = Annotated[float, msgspec.Meta(ge=0, description="US dollars")]
 Pct = Annotated[float, msgspec.Meta(ge=0, le=100, description="percent, 0..100")]
 Ratio = Annotated[float, msgspec.Meta(ge=0, le=1, description="ratio, 0..1")]
+Revision = Annotated[
+    int,
+    msgspec.Meta(
+        ge=0,
+        description="0 (absent) for the first copy; a window revised by data that came "
+        "after it closed is emitted again whole, same identity, with a higher revision: "
+        "consumers keep the highest (added within v1)",
+    ),
+]
+"""Which copy of a window record this is (SEMANTICS.md, Late data)."""
 
 DEFAULT_CLUSTER = "default"
 """The cluster of a message that names none: every message of a single-cluster set-up."""

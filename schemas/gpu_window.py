@@ -12,6 +12,7 @@ from .fields import (
     EpochMs,
     Pct,
     Ratio,
+    Revision,
     Seconds,
     Value,
     keep_default_cluster,
@@ -79,15 +80,7 @@ class GpuWindow(Value, frozen=True, kw_only=True, omit_defaults=True):
     ]
     pods: tuple[PodWindowShare, ...]
     cluster: Cluster = DEFAULT_CLUSTER
-    revision: Annotated[
-        int,
-        msgspec.Meta(
-            ge=0,
-            description="0 (absent) for the first copy; a window revised by data that came "
-            "after it closed is emitted again whole, same identity, with a higher revision: "
-            "consumers keep the highest (added within v1)",
-        ),
-    ] = 0
+    revision: Revision = 0
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

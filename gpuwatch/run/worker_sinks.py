@@ -33,6 +33,7 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
         "gpuwatch_deadletter": {key: float(n) for key, n in counters.dead_by.copy().items()},
         "gpuwatch_late_events": {(): float(counters.late)},
         "gpuwatch_revisions": {(): float(counters.revisions)},
+        "gpuwatch_late_applied_events": {(): float(counters.applied_late)},
         "gpuwatch_duplicate_events": {(): float(counters.duplicates)},
         "gpuwatch_samples_missing": {(): float(counters.samples_missing)},
         "gpuwatch_work_units_dropped": {(): float(counters.units_dropped)},

@@ -119,6 +119,11 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Inputs with a part for a window closed longer ago than the revision horizon (lost)",
         (),
     ),
+    "gpuwatch_late_applied_events": (
+        "counter",
+        "Pod, workload and capacity events behind the watermark, applied when they came",
+        (),
+    ),
     "gpuwatch_revisions": (
         "counter",
         "Closed windows emitted again, revised by data that came after they closed",

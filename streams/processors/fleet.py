@@ -149,7 +149,7 @@ class FleetPartition:
             # an alert sent again by a restarted node side goes out again, as the node side
             # would send it, and is not.
             if not isinstance(item, FleetAlert | FleetPod):
-                self.counters.late += 1
+                self.counters.applied_late += 1
             step = evaluated + STEP_MS
         self._arrivals += 1
         kind = _KIND[type(item)]

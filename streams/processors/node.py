@@ -104,7 +104,8 @@ class NodeConfig:
     live: Callable[[NvmlSample], None] | None = None
     """Called with each new sample once processed (live GPU state for the sinks)."""
     now_ms: Callable[[], int] | None = None
-    """The wall clock, for the one check of event time against it (data a day ahead)."""
+    """The wall clock: event time ahead of it by more than the clock skew allowed is
+    refused, and the newest sample's lag behind it tells live data (quiet time)."""
     max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS
     """How far ahead of `now_ms` a sample's or node event's time may be
     (`GPUWATCH_MAX_CLOCK_SKEW_S`): later ones are dead-lettered and move no stream time."""

@@ -69,6 +69,9 @@ class Counters:
     late: int = 0
     """Node samples or pod usage with a part for a window closed longer ago than the
     revision horizon (left out)."""
+    applied_late: int = 0
+    """Inputs behind the watermark by their own time that were applied when they came (pod
+    and workload events, changes of the fleet's capacity): late, but nothing is lost."""
     revisions: int = 0
     """Records of closed windows emitted for data that came after they closed, within the
     revision horizon: again, revised, or first (a window nothing had come for)."""

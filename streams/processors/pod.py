@@ -88,7 +88,8 @@ class PodConfig:
     live: Callable[[PodUsage], None] | None = None
     """Called with each pod usage once processed (live share and VRAM for the sinks)."""
     now_ms: Callable[[], int] | None = None
-    """The wall clock, for the one check of event time against it (data a day ahead)."""
+    """The wall clock: a pod event ahead of it by more than the clock skew allowed is
+    refused."""
     max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS
     """How far ahead of `now_ms` a pod event's time may be (`GPUWATCH_MAX_CLOCK_SKEW_S`)."""
     flush_ms: int = FLUSH_MS
@@ -409,7 +410,7 @@ class PodPartition:
         if item.event is not None:
             after, outputs = step_pod_event(before, item.event, c.rules, c.windows)
             if after != before:
-                self.counters.late += 1  # behind the watermark by its own time, applied now
+                self.counters.applied_late += 1  # behind the watermark by its own time
         else:
             assert item.usage is not None  # an input is one or the other
             after, outputs = step_usage(before, item.usage, c.rules, c.windows)

@@ -80,7 +80,7 @@ class WorkloadPartition:
             self._arrivals += 1
             bisect.insort(self._held, _Held(value.ts, self._arrivals, source.offset, value))
             return value.ts
-        self.counters.late += 1  # behind the watermark by its own time: applied now
+        self.counters.applied_late += 1  # behind the watermark by its own time: applied now
         self._apply(value, out)
         return value.ts
 

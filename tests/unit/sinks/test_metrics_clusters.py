@@ -34,6 +34,7 @@ PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_metrics_series_dropped", "gpuwatch_metrics_tracked",
     "gpuwatch_work_units_dropped",
     "gpuwatch_revisions",
+    "gpuwatch_late_applied_events",
 }  # fmt: skip
 
 
