@@ -28,8 +28,10 @@ DESCRIPTION = (
     "GPUWATCH_PRICES), so that total = the groups + (unallocated) = the fleet's priced "
     "GPU time. Steps are UTC hours, UTC days or weeks from Monday 00:00 UTC, cut at the "
     "period's ends; the table ends with the fleet's waste share per step. A record "
-    "delivered twice counts once; records that do not decode are skipped and counted on "
-    "stderr. An empty period prints an empty table and exits 0."
+    "delivered twice counts once, and a window the worker revised (data that came after "
+    "it closed) counts once, at its newest revision, read up to the revision horizon "
+    "past --to; records that do not decode are skipped and counted on stderr. An empty "
+    "period prints an empty table and exits 0."
 )
 
 
