@@ -416,12 +416,6 @@ class PodPartition:
             after, outputs = step_usage(before, item.usage, c.rules, c.windows)
             self.counters.late += outputs.late_usage
             self.counters.revisions += outputs.revisions
-        if self.applied is not None:
-            # What the input makes due by the watermark already applied (the windows of a
-            # finished pod its late usage opened) happens now, not at a tick that may
-            # never move the watermark again.
-            self._publish(outputs, out)
-            after, outputs = step_watermark(after, self.applied, c.rules, c.windows)
         self._store(before, after, outputs, out)
 
     def _store(

@@ -2,9 +2,9 @@
 
 The reference here is the plain rule (every pod of the partition released and stepped to
 every new watermark, in uid order; an input ahead of the watermark held, one behind it
-applied at once, then stepped to the watermark); `PodPartition` steps the pods `next_due`
-names and catches a pod up before a late input. Over generated histories of several pods
-both publish the same records in the same order, and forget the same finished pods.
+applied at once); `PodPartition` steps the pods `next_due` names and catches a pod up
+before a late input. Over generated histories of several pods both publish the same
+records in the same order, and forget the same finished pods.
 """
 
 from __future__ import annotations
@@ -84,9 +84,6 @@ class EveryPod:
             after, out = step_usage(before, item, RULES, WINDOWS)
         else:
             after, out = step_pod_event(before, item, RULES, WINDOWS)
-        self._publish(out)
-        # What the late input makes due by the watermark applied happens at once.
-        after, out = step_watermark(after, self.applied, RULES, WINDOWS)
         self._publish(out)
         self.pods[item.uid] = after
 

@@ -39,7 +39,8 @@ def kw(partitions: int, history: History) -> dict[str, Any]:
         "rules": RULES,
         "windows": WINDOWS,
         "idle_after_ms": IDLE_AFTER_MS,
-        "end_ms": history.t0 + history.duration_ms,
+        # Past the history's end by a window: what late data opened closes too.
+        "end_ms": history.t0 + history.duration_ms + WINDOWS.window_s * 1000,
     }
 
 
