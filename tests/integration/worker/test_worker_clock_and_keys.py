@@ -21,12 +21,13 @@ from worker_fixtures import (
     decoded,
     pod_event,
     produce,
+    recording_agent,
     wait_for,
 )
 
 from gpuwatch import kafka
 from producers.agent.loop import NodeAgent
-from producers.simulate.node import SimPod, simple_node
+from producers.simulate.node import SimPod
 from schemas import (
     ALERTS,
     ATTRIBUTION,
@@ -74,22 +75,13 @@ class Fleet:
         self.by_second: list[list[Message]] = []
         agents: list[NodeAgent] = []
         clocks: list[FakeClock] = []
-        raw: list[tuple[bytes, bytes]] = []
+        raws: list[list[tuple[bytes, bytes]]] = []
         for i, node in enumerate(NODES):
             clock = FakeClock(t0 / S)
-            reader, pods = simple_node(node, 2, seed=i, now=clock.time, mix=("training", "idle"))
+            agent, _, pods, raw = recording_agent(node, clock, 2, seed=i, mix=("training", "idle"))
             clocks.append(clock)
-            agents.append(
-                NodeAgent(
-                    node=node,
-                    reader=reader,
-                    resolver=pods,
-                    allocations=pods,
-                    publish=lambda key, value: raw.append((key, value)),
-                    interval_s=1.0,
-                    clock=clock,
-                )
-            )
+            agents.append(agent)
+            raws.append(raw)
             self.pods[node] = list(pods.pods.values())
             for n, pod in enumerate(self.pods[node]):
                 event = pod_event(
@@ -102,8 +94,11 @@ class Fleet:
             for clock, agent in zip(clocks, agents, strict=True):
                 clock.now += 1.0
                 agent.tick()
-            self.by_second.append([(self.samples_topic, k, v, None) for k, v in raw])
-            raw.clear()
+            self.by_second.append(
+                [(self.samples_topic, k, v, None) for raw in raws for k, v in raw]
+            )
+            for raw in raws:
+                raw.clear()
 
     def with_inserted(self, extra: dict[int, list[Message]]) -> list[Message]:
         """Every message, with `extra[s]` sent right after the samples of second `s`."""
@@ -152,17 +147,7 @@ def test_a_sample_dated_six_hours_ahead_is_dead_lettered_and_changes_no_other_re
     t0 = aligned_t0()
     healthy = Fleet(bad, t0, 150)
     clock = FakeClock(time.time() + 6 * 3_600)
-    reader, pods = simple_node(AHEAD, 1, seed=9, now=clock.time)
-    ahead: list[tuple[bytes, bytes]] = []
-    agent = NodeAgent(
-        node=AHEAD,
-        reader=reader,
-        resolver=pods,
-        allocations=pods,
-        publish=lambda key, value: ahead.append((key, value)),
-        interval_s=1.0,
-        clock=clock,
-    )
+    agent, _, _, ahead = recording_agent(AHEAD, clock, 1, seed=9)
     agent.tick()
     ((key, value),) = ahead
     ahead_ts = NVML_SAMPLES.decode(value).ts

@@ -94,17 +94,7 @@ def scenario(settings: Settings, t0: int, node: str = "gwtest-node-a") -> Scenar
     """
     clock = FakeClock(t0 / S)
     kinds: tuple[WorkloadKind, ...] = ("training", "idle")
-    reader, pods = simple_node(node, len(kinds), seed=7, now=clock.time, mix=kinds)
-    raw: list[tuple[bytes, bytes]] = []
-    agent = NodeAgent(
-        node=node,
-        reader=reader,
-        resolver=pods,
-        allocations=pods,
-        publish=lambda key, value: raw.append((key, value)),
-        interval_s=1.0,
-        clock=clock,
-    )
+    agent, reader, pods, raw = recording_agent(node, clock, len(kinds), seed=7, mix=kinds)
     by_kind = {pod.container: pod for pod in pods.pods.values()}
     training, idle = by_kind["training"], by_kind["idle"]
     created = t0 - 60 * S
@@ -138,6 +128,31 @@ def scenario(settings: Settings, t0: int, node: str = "gwtest-node-a") -> Scenar
     ]
     messages += [(samples_topic, key, value, None) for key, value in raw]
     return Scenario(t0, node, training, idle, samples, messages)
+
+
+def recording_agent(
+    node: str,
+    clock: FakeClock,
+    gpus: int,
+    *,
+    seed: int,
+    mix: tuple[WorkloadKind, ...] | None = None,
+) -> tuple[NodeAgent, SimReader, SimPods, list[tuple[bytes, bytes]]]:
+    """A node agent on simulated GPUs sampling every second of `clock`, and the list of
+    (key, value) it publishes to."""
+    kw = {} if mix is None else {"mix": mix}
+    reader, pods = simple_node(node, gpus, seed=seed, now=clock.time, **kw)
+    raw: list[tuple[bytes, bytes]] = []
+    agent = NodeAgent(
+        node=node,
+        reader=reader,
+        resolver=pods,
+        allocations=pods,
+        publish=lambda key, value: raw.append((key, value)),
+        interval_s=1.0,
+        clock=clock,
+    )
+    return agent, reader, pods, raw
 
 
 def _end(reader: SimReader, pods: SimPods, pod: SimPod) -> None:
