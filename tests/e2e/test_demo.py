@@ -127,13 +127,21 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
     report = _report(demo_scope, "--by", "team", "--step", "1h", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(report)))
     assert {r["kind"] for r in rows} >= {"group", "unallocated", "total"}, report
-    for step in {r["step_start"] for r in rows}:
-        of_step = [r for r in rows if r["step_start"] == step]
+    # The simulated time can cross an hour: then a period total (starting at `--from`) follows
+    # the steps' rows, and it adds up the steps' totals.
+    steps = {r["step_start"] for r in rows if r["kind"] != "period_total"}
+    for step in steps:
+        of_step = [r for r in rows if r["step_start"] == step and r["kind"] != "period_total"]
         (total,) = [r for r in of_step if r["kind"] == "total"]
         parts = [r for r in of_step if r["kind"] in ("group", "unallocated")]
         assert sum(float(r["cost_usd"]) for r in parts) == pytest.approx(
             float(total["cost_usd"]), abs=1e-6
         ), of_step
+    period = [r for r in rows if r["kind"] == "period_total"]
+    assert len(period) == (1 if len(steps) > 1 else 0), report
+    for row in period:
+        totals = sum(float(r["cost_usd"]) for r in rows if r["kind"] == "total")
+        assert float(row["cost_usd"]) == pytest.approx(totals, abs=1e-6), report
     assert any(r["group"] == "vision" and r["cost_per_unit_usd.steps"] for r in rows), report
     table = _report(demo_scope, "--by", "team", "--step", "1h")
     assert "(unallocated)" in table, table
