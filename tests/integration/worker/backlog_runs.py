@@ -141,7 +141,11 @@ def mismatches(
 
 
 def complete(settings: Settings, history: History, worker: Worker) -> dict[str, Any]:
-    """Wait until every pod's attribution adds up to its samples; the records then."""
+    """Wait until every pod's attribution adds up to its samples; the records then.
+
+    On failure the message says which it was: a timeout (the worker still had input to read
+    or was still writing) or a loss (nothing left to read, nothing moving), with the
+    worker's counters and every copy of the short pods' windows (`diagnosis`)."""
     want = history.expected()
     last: list[str] = []
 
@@ -152,5 +156,80 @@ def complete(settings: Settings, history: History, worker: Worker) -> dict[str, 
     try:
         wait_for("every pod's attribution to add up to its samples", added_up, worker, DONE_S)
     except BaseException as exc:
-        raise AssertionError(f"{len(last)} pods do not add up: {last[:10]}") from exc
+        short = [line.split(":", 1)[0] for line in last]
+        detail = diagnosis(settings, history, worker, short)
+        raise AssertionError(f"{len(last)} pods do not add up: {last[:10]}\n{detail}") from exc
     return records(settings)
+
+
+INPUTS = (K8S_PODS, NVML_SAMPLES)
+SHOWN_PODS = 5
+
+
+def input_lag(settings: Settings) -> dict[str, int]:
+    """Per input topic, the records past the worker group's committed offsets."""
+    prefix = settings.kafka.topic_prefix
+    admin = kafka.admin(settings.kafka)
+    consumer = kafka.consumer(settings.kafka, enable_auto_commit=False)
+    try:
+        group = settings.kafka.app_id
+        committed = admin.list_group_offsets({group: None}).get(group, {})
+        out = {}
+        for spec in INPUTS:
+            topic = spec.full_name(prefix)
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            ends = consumer.end_offsets(tps)
+            at = {tp: (committed[tp].offset if tp in committed else 0) for tp in tps}
+            out[spec.name] = sum(max(0, ends[tp] - at[tp]) for tp in tps)
+    finally:
+        consumer.close()
+        admin.close()
+    return out
+
+
+def copies(settings: Settings, uids: list[str]) -> dict[str, list[str]]:
+    """Every attribution record of the pods, in topic order: (partition, offset) window,
+    revision, allocated and idle seconds."""
+    out: dict[str, list[str]] = {uid: [] for uid in uids}
+    for record in consume_all(settings, ATTRIBUTION.full_name(settings.kafka.topic_prefix)):
+        a = json.loads(record.value)
+        if a["uid"] in out:
+            out[a["uid"]].append(
+                f"p{record.partition}@{record.offset} [{a['window_start']}, {a['window_end']})"
+                f" rev {a.get('revision', 0)} alloc {a['allocated_gpu_seconds']:.3f}"
+                f" idle {a['idle_gpu_seconds']:.3f}"
+            )
+    return out
+
+
+def diagnosis(settings: Settings, history: History, worker: Worker, short: list[str]) -> str:
+    """Timed out or lost: the input the worker left unread when it was stopped (it commits
+    what it processed on SIGTERM), its counters and log tail, the newest window (the pod
+    side's watermark at most) against the history's end, and the short pods' samples' span
+    with every copy of their windows."""
+    log = worker.stop()  # stopped already where the wait timed out
+    lines = []
+    try:
+        lag = input_lag(settings)
+        verdict = "TIMED OUT: input left unread" if any(lag.values()) else "LOST: all input read"
+        lines.append(f"{verdict}; records past the worker's commits: {lag}")
+        topic = ATTRIBUTION.full_name(settings.kafka.topic_prefix)
+        ends = [json.loads(r.value)["window_end"] for r in consume_all(settings, topic)]
+        lines.append(
+            f"newest attribution window end {max(ends, default=None)};"
+            f" history {history.t0} to {history.t0 + history.duration_ms}"
+        )
+        spans: dict[str, list[int]] = {}
+        for sample in history.samples():
+            for alloc in sample["allocations"]:
+                spans.setdefault(alloc["pod_uid"], []).append(sample["ts"])
+        for uid, kept in copies(settings, short[:SHOWN_PODS]).items():
+            ts = spans.get(uid, [])
+            lines.append(f"pod {uid}: samples {min(ts, default=None)} to {max(ts, default=None)}")
+            lines.extend(f"  {line}" for line in kept)
+    except Exception as exc:  # the diagnosis must not hide the failure it explains
+        lines.append(f"(diagnosis failed: {exc!r})")
+    found = [line for line in log.splitlines() if "worker stopped" in line]
+    lines.append(f"worker: {found[-1] if found else 'no stop line'}; log tail:")
+    lines.extend(log.splitlines()[-20:])
+    return "\n".join(lines)
