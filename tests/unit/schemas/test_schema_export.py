@@ -95,12 +95,13 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         # Present-but-null is how "unknown" is said; the optional fields are those added
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
         # readings, a pod's GPU models and an allocation's claim, whose absence means null,
-        # the units of work, whose absence means none, and a window's revision, whose
-        # absence means the first copy.
+        # the units of work, whose absence means none, a window's revision, whose
+        # absence means the first copy, and a pod's final_state_unknown, whose absence
+        # means false.
         optional = set(obj["properties"]) - set(obj["required"])
         assert optional <= {
             "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH,
-            *WORK, "revision",
+            *WORK, "revision", "final_state_unknown",
         }, obj["title"]  # fmt: skip
         if "revision" in optional:
             assert obj["title"] in REVISED, obj["title"]
