@@ -36,6 +36,7 @@ __all__ = [
     "event_ts",
     "on_change",
     "relist",
+    "unseen_deletion",
 ]
 
 V = TypeVar("V", K8sPod, K8sNode, K8sWorkload, SliceDevices)
@@ -122,8 +123,9 @@ def relist(
 
     Changed objects go out as RESYNC, objects never published as ADDED (RESYNC on a
     `cold` start, when nothing is known of what consumers saw), and published keys the
-    list lacks as DELETED with their last value. `resend_all` re-sends unchanged objects
-    as RESYNC too, so a topic with time-based retention always holds every live object.
+    list lacks as DELETED with their last value (`unseen_deletion`). `resend_all` re-sends
+    unchanged objects as RESYNC too, so a topic with time-based retention always holds
+    every live object.
     """
     out: Relisted[V] = Relisted()
     for observed in listed:
@@ -144,7 +146,15 @@ def relist(
         out.messages.append(message)
         out.published[observed.key] = Published(observed.resource_version, message, observed.stamps)
     for key in sorted(published.keys() - out.published.keys()):
-        previous = published[key]
-        ts = max(now_ms, previous.value.ts)
-        out.messages.append(msgspec.structs.replace(previous.value, type="DELETED", ts=ts))
+        out.messages.append(unseen_deletion(published[key].value, now_ms))
     return out
+
+
+def unseen_deletion(last: V, now_ms: int) -> V:
+    """The DELETED of an object a list no longer holds: its last value, at the list's time
+    (never before that value), a pod's marked `final_state_unknown` (client-go's
+    DeletedFinalStateUnknown: how it ended was not seen)."""
+    ts = max(now_ms, last.ts)
+    if isinstance(last, K8sPod):
+        return msgspec.structs.replace(last, type="DELETED", ts=ts, final_state_unknown=True)
+    return msgspec.structs.replace(last, type="DELETED", ts=ts)

@@ -17,6 +17,7 @@ from producers.k8s.kinds import NodeKind, PodKind, SliceKind, WorkloadKind
 from producers.k8s.normalise import NodeRules, PodRules
 from producers.k8s.objects import MalformedObject, OwnerReference, decode_owner
 from producers.k8s.owners import Lookup, LookupFailed, OwnerResolver, controller_of
+from producers.k8s.recall import Recall
 from producers.k8s.selection import GpuResources, NodeSelection, PodSelection
 from producers.k8s.watching import FULL_RESYNC_S, Backoff, Watch, wall_ms
 from producers.k8s.workloads import KUEUE_GROUP, KUEUE_VERSIONS
@@ -226,11 +227,20 @@ class DraWatches(OptionalWatches):
             self._node_watch.relist_soon("dra")
 
 
+def _namespace_recall(
+    recall: Recall[K8sPod], namespace: str | None
+) -> Callable[[], dict[str, K8sPod]]:
+    """The read-back pods of one namespace's watch (None: every namespace)."""
+    return lambda: recall.of(lambda pod: namespace is None or pod.namespace == namespace)
+
+
 class K8sWatcher:
     """Every watch the settings ask for. `start` runs them, `stop` ends them. Every value
     published names `cluster`. Kueue Workloads are watched when `emit_workload` is given
     and the settings want them (`watch_workloads`), once the cluster serves them; the
-    ResourceSlices of `dra_drivers` (none: not watched) once it serves them."""
+    ResourceSlices of `dra_drivers` (none: not watched) once it serves them. With
+    `recall_pods` / `recall_nodes` (what Kafka holds), the first lists publish what changed
+    since, deletions included (`producers.k8s.recall`)."""
 
     def __init__(
         self,
@@ -248,6 +258,8 @@ class K8sWatcher:
         cluster: str = DEFAULT_CLUSTER,
         kueue_recheck_s: float = KUEUE_RECHECK_S,
         dra_recheck_s: float = DRA_RECHECK_S,
+        recall_pods: Recall[K8sPod] | None = None,
+        recall_nodes: Recall[K8sNode] | None = None,
     ) -> None:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
@@ -276,13 +288,18 @@ class K8sWatcher:
             "full_resync_s": full_resync_s,
         }
         self.node_watch: Watch[Any, K8sNode] = Watch(
-            collection=Collection("nodes"), kind=nodes, emit=emit_node, **options
+            collection=Collection("nodes"),
+            kind=nodes,
+            emit=emit_node,
+            recall=None if recall_nodes is None else lambda: recall_nodes.of(lambda _: True),
+            **options,
         )
         self.pod_watches: list[Watch[Any, K8sPod]] = [
             Watch(
                 collection=Collection("pods", namespace, settings.label_selector),
                 kind=pods,
                 emit=emit_pod,
+                recall=None if recall_pods is None else _namespace_recall(recall_pods, namespace),
                 **options,
             )
             for namespace in (settings.namespaces or (None,))

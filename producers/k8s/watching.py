@@ -7,6 +7,12 @@ that times out or drops is resumed from the last resourceVersion (the API replay
 was missed), so renewals are invisible downstream; only a 410 (the resourceVersion was
 compacted away) costs a relist, published as the difference against what was sent.
 
+A watch given `recall` (what Kafka holds of its objects, `producers.k8s.recall`) is seeded
+with it before its first list, so a restarted watcher publishes the deletions it missed
+and the changes that never arrived; that first list, like every periodic one, re-sends
+every live object, so each has a message within `full_resync_s` (plus a watch request)
+of the last one the watcher wrote, which bounds how far back a restart reads.
+
 What was published (`published`) is changed under a lock: `refresh` publishes again,
 from another thread, an object whose value changed without an event of its own (a node
 whose DRA devices changed), and `relist_soon` asks for a relist (an object now wanted).
@@ -19,7 +25,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -29,6 +35,7 @@ from producers.k8s.api import ApiError, Collection, Disconnected, Expired, KubeA
 from producers.k8s.dra import SliceDevices
 from producers.k8s.kinds import Kind
 from producers.k8s.objects import Bookmark, Change, MalformedObject, StatusError
+from producers.k8s.recall import RecallFailed
 from producers.k8s.resync import Observed, Published, on_change, relist
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
@@ -87,6 +94,10 @@ class WatchStats:
     """Monotonic time of the last watch event or list (bookmarks count: the API is alive)."""
     tracked: int = 0
     """Objects published and not deleted."""
+    recalled: int | None = None
+    """Live objects the first list was compared with (read back from Kafka); None: none."""
+    recall_failures: int = 0
+    """Read-backs that failed (Kafka away) and were tried again."""
 
 
 class Watch(Generic[O, V]):
@@ -105,6 +116,7 @@ class Watch(Generic[O, V]):
         backoff: Backoff | None = None,
         page_size: int = PAGE_SIZE,
         full_resync_s: float | None = FULL_RESYNC_S,
+        recall: Callable[[], Mapping[str, V]] | None = None,
     ) -> None:
         self.collection = collection
         self.kind: Kind[O, V] = kind
@@ -127,6 +139,7 @@ class Watch(Generic[O, V]):
         self._connection: WatchLines | None = None
         self._stopping = False
         self._relist_wanted: str | None = None
+        self._recall: Callable[[], Mapping[str, V]] | None = recall
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -146,6 +159,19 @@ class Watch(Generic[O, V]):
                     "API error collection=%s status=%s attempt=%d retry_in_s=%.2f error=%s",
                     self.collection,
                     exc.status,
+                    failures,
+                    delay,
+                    exc,
+                )
+            except RecallFailed as exc:
+                if stop.is_set() or self._stopping:
+                    break
+                failures += 1
+                self.stats.recall_failures += 1
+                delay = self._backoff.delay(failures)
+                log.warning(
+                    "read-back failed collection=%s attempt=%d retry_in_s=%.2f error=%s",
+                    self.collection,
                     failures,
                     delay,
                     exc,
@@ -202,8 +228,9 @@ class Watch(Generic[O, V]):
     def step(self) -> bool:
         """One list or one watch request; False when it made no progress (back off).
 
-        Raises ApiError when a request fails; the state is then unchanged but for the
-        events already applied, so the next step resumes where this one stopped.
+        Raises ApiError when a request fails, RecallFailed when the read-back before the
+        first list does; the state is then unchanged but for the events already applied,
+        so the next step resumes where this one stopped.
         """
         with self._lock:
             wanted, self._relist_wanted = self._relist_wanted, None
@@ -217,7 +244,10 @@ class Watch(Generic[O, V]):
                 raise
             return True
         if self.resource_version is None:
-            self._relist(resend_all=False)
+            if not self._listed:
+                self._seed()
+            # The first list re-sends everything, as a periodic one does (see the module doc).
+            self._relist(resend_all=not self._listed)
             return True
         if self._full_resync_at is not None and self._monotonic() >= self._full_resync_at:
             self._relist_reason = "periodic"
@@ -226,6 +256,20 @@ class Watch(Generic[O, V]):
         return self._watch(self.resource_version)
 
     # ---- list ----------------------------------------------------------------------
+
+    def _seed(self) -> None:
+        """Before the first list: what Kafka holds of the live objects, as published."""
+        if self._recall is None or self.stats.recalled is not None:
+            return
+        recalled = self._recall()
+        with self._state:
+            for key, value in recalled.items():
+                # No resourceVersion: the list compares content; no stamps: a change's time
+                # is its latest recorded transition, never before the value Kafka holds.
+                self.published.setdefault(key, Published("", value, frozenset()))
+            self.stats.recalled = len(recalled)
+            self.stats.tracked = len(self.published)
+        log.info("read back collection=%s live=%d", self.collection, len(recalled))
 
     def _relist(self, *, resend_all: bool) -> None:
         objects, version = self._list_all()
@@ -264,7 +308,8 @@ class Watch(Generic[O, V]):
         self.resource_version = version
         self._listed = True
         self._relist_reason = "expired"
-        if self._full_resync_s is not None:
+        if resend_all and self._full_resync_s is not None:
+            # Only a list that re-sent everything restarts the period: a 410's does not.
             self._full_resync_at = self._monotonic() + self._full_resync_s
 
     def _list_all(self) -> tuple[list[O], str]:

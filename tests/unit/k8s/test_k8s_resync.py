@@ -134,6 +134,8 @@ def test_a_relist_publishes_the_difference() -> None:
     ]
     gone_message = out.messages[2]
     assert gone_message.resource_version == "1"  # the last state we knew
+    # How it ended was not seen (client-go's DeletedFinalStateUnknown); the others say nothing.
+    assert [m.final_state_unknown for m in out.messages] == [False, False, True]
     assert set(out.published) == {"same", "churned", "changed", "new"}
     assert out.published["churned"].resource_version == "7"
     assert out.published["churned"].value is churned.value
