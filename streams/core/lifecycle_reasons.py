@@ -15,6 +15,8 @@ from schemas.k8s_pod import Condition, K8sPod
 
 __all__ = [
     "CRASH_LOOP",
+    "DELETED",
+    "DELETED_UNSEEN",
     "IMAGE_PULL",
     "IMAGE_PULL_REASONS",
     "KUEUE_ADMISSION",
@@ -39,6 +41,10 @@ KUEUE_GATE = "kueue.x-k8s.io/admission"
 SCHEDULING = "Scheduling"
 """Pending, not bound, and the scheduler has not said why yet."""
 CREATING = "ContainerCreating"
+DELETED = "Deleted"
+DELETED_UNSEEN = "DeletedFinalStateUnknown"
+"""A pod the watcher found gone from a relist (down or cut off when it was deleted): its
+last known state was not final and how it ended is unknown (client-go's name for it)."""
 
 # DisruptionTarget reasons (why the pod is being terminated) -> finished reason.
 _DISRUPTION: dict[str, str] = {
@@ -126,7 +132,7 @@ def observe(pod: K8sPod) -> Observation:
         elif pod.phase == "Failed":
             reason = _failed_reason(pod)
         else:
-            reason = _disruption(pod) or "Deleted"
+            reason = _disruption(pod) or (DELETED_UNSEEN if pod.final_state_unknown else DELETED)
         return Observation("finished", reason, crash_loop=False, healthy=False)
     if pod.phase == "Succeeded":
         return Observation("finished", "Completed", crash_loop=False, healthy=False)

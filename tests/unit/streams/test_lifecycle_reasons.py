@@ -103,3 +103,21 @@ def test_health_of_a_running_pod() -> None:
     assert not observe(pod("Running", ts=1, rv=1, containers=failed)).healthy
     unready = {"type": "Ready", "status": "False", "reason": None, "message": None}
     assert not observe(pod("Running", ts=1, rv=1, conditions=[SCHEDULED, unready])).healthy
+
+
+@pytest.mark.parametrize(
+    ("phase", "conditions", "expected"),
+    [
+        ("Running", [SCHEDULED], "DeletedFinalStateUnknown"),
+        ("Pending", [SCHEDULED], "DeletedFinalStateUnknown"),
+        ("Running", [SCHEDULED, disruption("EvictionByEvictionAPI")], "Evicted"),
+        ("Succeeded", [SCHEDULED], "Completed"),
+        ("Failed", [SCHEDULED], "Error"),
+    ],
+)
+def test_a_deletion_not_seen_says_so_unless_the_last_state_was_final(
+    phase: str, conditions: list[dict[str, Any]], expected: str
+) -> None:
+    last = pod(phase, ts=1, rv=1, type_="DELETED", conditions=conditions)
+    seen = observe(msgspec.structs.replace(last, final_state_unknown=True))
+    assert (seen.base, seen.reason) == ("finished", expected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import msgspec
 from test_pod_fixtures import RULES, UID, WINDOWS, container, events, pod, usage
 
 from schemas.alert import TOPIC as ALERTS
@@ -137,3 +138,21 @@ def test_crash_loop_stall_fires_and_finishing_resolves_it() -> None:
 def test_labels_without_team_or_node() -> None:
     bare = PodState(uid=UID, namespace="ml", name="p")
     assert alert_labels(bare) == {"namespace": "ml", "pod": "p"}
+
+
+def test_a_deletion_the_watcher_did_not_see_finishes_the_pod_at_the_relist_and_resolves() -> None:
+    # Stalled (crash loop) when the watcher went down; it found the pod gone from its first
+    # list after the restart: the last value it knew, DELETED, at the relist's time.
+    state, _ = step_pod_event(None, pod("Running", ts=T0, rv=1), RULES, WINDOWS)
+    looping = [container("waiting", "CrashLoopBackOff", exit_code=1, restarts=2)]
+    last = pod(ts=T0 + 60 * S, rv=2, containers=looping)
+    state, out = step_pod_event(state, last, RULES, WINDOWS)
+    assert brief(out.alerts) == [("PodStalled", "firing", T0 + 60 * S, T0 + 60 * S, 0.0)]
+    relisted_at = T0 + 3600 * S
+    gone = msgspec.structs.replace(last, type="DELETED", ts=relisted_at, final_state_unknown=True)
+    state, out = step_pod_event(state, gone, RULES, WINDOWS)
+    assert [(c.from_state, c.to_state, c.reason, c.ts) for c in out.lifecycle] == [
+        ("stalled", "finished", "DeletedFinalStateUnknown", relisted_at)
+    ]
+    assert brief(out.alerts) == [("PodStalled", "resolved", relisted_at, T0 + 60 * S, 3540.0)]
+    assert (state.state, state.stalled_alert_since) == ("finished", None)
