@@ -37,6 +37,9 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
         "gpuwatch_duplicate_events": {(): float(counters.duplicates)},
         "gpuwatch_samples_missing": {(): float(counters.samples_missing)},
         "gpuwatch_work_units_dropped": {(): float(counters.units_dropped)},
+        "gpuwatch_delivery_failures": {
+            key: float(n) for key, n in counters.delivery_failures.copy().items()
+        },
     }
 
 

@@ -136,6 +136,12 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Pods' units of work left out: their sample had no usage of the pod, or came late",
         (),
     ),
+    "gpuwatch_delivery_failures": (
+        "counter",
+        "Record batches of the worker's outputs or state the broker did not take, by error "
+        "class (the worker stops after the first)",
+        ("topic", "reason"),
+    ),
     "gpuwatch_alerts": (
         "counter",
         "In-stream alert messages",

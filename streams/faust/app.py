@@ -3,7 +3,10 @@
 Faust is untyped at this edge (`Any`); everything below the agents is plain code. Choices:
 raw bytes in and out (values are decoded once, by our msgspec codecs); outputs and table
 writes go to the Kafka client a record batch per partition (`streams.faust.batches`),
-lz4-compressed, not message by message through Faust's buffer; `memory://` tables whose
+lz4-compressed, not message by message through Faust's buffer, and each batch's delivery is
+checked (a record the broker refused stops the worker: its agents crash the app, Faust's
+`CrashingSupervisor`, rather than being restarted in the process with state that counts the
+lost records as sent); `memory://` tables whose
 changelog topics restore them on a restart (Faust reads them before the agents get events);
 no standby replicas; no web server; Faust reads no environment variables of its own
 (`streams.faust.worker`).
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from faust.types import TP
+from mode import CrashingSupervisor
 
 from schemas.alert import Alert
 from schemas.nvml_sample import NvmlSample
@@ -142,11 +146,11 @@ def _app(settings: Settings, options: WorkerOptions) -> Any:
 class _Kafka:
     """The app's topics and tables, created once each."""
 
-    def __init__(self, app: Any, settings: Settings) -> None:
+    def __init__(self, app: Any, settings: Settings, counters: Counters) -> None:
         self.app = app
         self.partitions = settings.kafka.partitions
         self.topics: dict[str, Any] = {}
-        self.batches = Batches(app)
+        self.batches = Batches(app, on_failure=_count_failure(counters))
 
     def topic(self, name: str) -> Any:
         """The Faust topic of one name, raw bytes both ways."""
@@ -177,9 +181,11 @@ class _Kafka:
         return committed_offset(self.app.consumer, topic, partition)
 
     async def flush(self) -> None:
-        """Wait until everything produced so far is acknowledged."""
+        """Wait until everything produced so far is acknowledged; `DeliveryFailedError` if the
+        broker did not take a record of the outputs or the state (now or before)."""
         await self.batches.hand_over()
-        await self.app.producer.flush()
+        await self.app.producer.flush()  # Faust's own sends too: the ticks
+        await self.batches.confirm()
 
     async def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read a partition again from `offset`."""
@@ -187,6 +193,16 @@ class _Kafka:
 
 
 _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
+
+
+def _count_failure(counters: Counters) -> Callable[[str, str], None]:
+    """Count a record batch the broker did not take, by topic and error class."""
+
+    def count(topic: str, reason: str) -> None:
+        key = (topic, reason)
+        counters.delivery_failures[key] = counters.delivery_failures.get(key, 0) + 1
+
+    return count
 
 
 def _configs(settings: Settings) -> tuple[NodeConfig, PodConfig]:
@@ -237,9 +253,9 @@ def build(
     """
     options = options or WorkerOptions()
     app = _app(settings, options)
-    kafka = _Kafka(app, settings)
-    prefix = settings.kafka.topic_prefix
     counters = counters or Counters()
+    kafka = _Kafka(app, settings, counters)
+    prefix = settings.kafka.topic_prefix
     tick_name = tick_topic_name(settings)
     node_config, pod_config = _configs(settings)
     if live is not None:
@@ -263,7 +279,6 @@ def build(
             committed=kafka.committed,
             send=kafka.send,
             flush=kafka.flush,
-            hand_over=kafka.batches.hand_over,
             seek=kafka.seek,
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
             load_starts=probe.load_starts,
@@ -309,12 +324,17 @@ def build(
     inputs = frozenset((*node_inputs, *pod_reads, tick_name))
     use_consumer_class(app, lambda base: rewinding_consumer(base, inputs, inboxes))
     # Faust's agents subscribe the topics and supervise the loops; the records come through
-    # the inboxes, not through the agents' streams (`streams.faust.inbox`).
+    # the inboxes, not through the agents' streams (`streams.faust.inbox`). A loop that
+    # fails (records the broker did not take, `DeliveryFailedError`) crashes the app, and the
+    # worker exits without storing state or committing past them: Faust's default
+    # supervisor would start the loop again in this process, its processors past the
+    # records lost.
     for name, topics, agent_loop, inbox in (
         ("gpuwatch-node", node_inbox.topics, node_loop, node_inbox),
         ("gpuwatch-pod", pod_inbox.topics, pod_loop, pod_inbox),
     ):
-        app.agent(app.topic(*sorted(topics), **_RAW), name=name)(
+        channel = app.topic(*sorted(topics), **_RAW)
+        app.agent(channel, name=name, supervisor_strategy=CrashingSupervisor)(
             _agent_body(agent_loop, inboxes, inbox)
         )
     app.timer(settings.worker.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)

@@ -4,6 +4,13 @@ A table's memory holds, for each key, the value last written; the processors wor
 their own objects and read the table only when they load a partition. Large values (a
 node's document, 8-10 kB of JSON) are kept there lz4-compressed, about a quarter of their
 size; the changelog gets them as written, and what Faust restores from it is read as is.
+
+Writes do not go through Faust's `table[key] = value`: Faust sends a changelog record with
+`send_soon`, and a record the broker refuses is only logged (`Topic._on_published`) while
+the value stays in memory and its offsets are committed. Here the record goes through
+`Batches` with the outputs, and the agent loop's flush after a state write confirms it
+(`Batches.confirm`): one the broker did not take stops the worker, so a value in memory
+that the changelog lacks never outlives the failure.
 """
 
 from __future__ import annotations

@@ -90,6 +90,9 @@ class Counters:
     """Input messages processed, by topic (the metric `gpuwatch_events_total`)."""
     dead_by: dict[tuple[str, str], int] = field(default_factory=dict)
     """Dead letters by (source topic, kind) (the metric `gpuwatch_deadletter_total`)."""
+    delivery_failures: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Record batches the broker did not take, by (topic, error class) (the metric
+    `gpuwatch_delivery_failures_total`): the worker stops after the first."""
 
 
 class Source(NamedTuple):

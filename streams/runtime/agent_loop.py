@@ -5,18 +5,24 @@ so the events of a partition reach it in order. Per batch:
 
 1. each event goes to its partition's processor (created from the table on first use);
    ticks wait in `Progress` until the data before them is processed, then run;
-2. the records the batch made are sent, and the producer is flushed: outputs are
-   acknowledged before the state that says they were made is written;
+2. the records the batch made are sent, and `flush` waits until the broker has taken
+   every one: outputs are acknowledged before the state that says they were made is
+   written;
 3. every `state_every_s` (not every batch: a node's document is twice its sample's bytes,
    and writing it once a second per node was a tenth of the worker's CPU), the state
    changed since the last write is written to the table's changelog, with the partition
    explicitly: Faust's `table[key] = value` takes the partition from the current event,
-   which a batch of several partitions does not have; `hand_over` then gives it to the
-   producer's client without waiting for the acks (the records of `send` wait for `flush`
-   to hand them over);
+   which a batch of several partitions does not have; `flush` then waits until the broker
+   has taken it too;
 4. the batch's records are acknowledged to Faust when the loop asks for the next batch
-   (`streams.faust.inbox`), and Faust commits the acknowledged offsets later, after
-   flushing the producer again (its default at-least-once).
+   (`streams.faust.inbox`), and Faust commits the acknowledged offsets later (its default
+   at-least-once).
+
+`flush` raises when the broker did not take a record (`streams.faust.batches.DeliveryFailedError`:
+refused, or expired after the producer's retries); the batch then goes no further: no
+state is written after the records lost, its inputs are not acknowledged, so not
+committed, and the loop ends with the error, which stops the worker. A restart reads the
+inputs again from the positions stored before.
 
 A crash loses at most the work after the last state write: the inputs come again from
 the positions stored with it, replays that the state already holds are skipped, and the
@@ -156,7 +162,6 @@ class AgentLoop:
         committed: Committed,
         send: Callable[[Record], None],
         flush: Callable[[], Awaitable[None]],
-        hand_over: Callable[[], Awaitable[None]] | None = None,
         seek: Seek | None = None,
         start_of: StartOf = lambda topic, partition: None,
         load_starts: LoadStarts | None = None,
@@ -173,7 +178,6 @@ class AgentLoop:
         self._make = make
         self._send = send
         self._flush = flush
-        self._hand_over = hand_over
         self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
         self._load_starts = load_starts
         self._monotonic = monotonic
@@ -195,7 +199,8 @@ class AgentLoop:
             await self.process(messages)
 
     async def process(self, messages: Sequence[Received]) -> None:
-        """One batch: process, send and flush the outputs, then store the state."""
+        """One batch: process, send and flush the outputs, then store the state; what
+        `flush` raises (records the broker did not take) ends the batch there."""
         out = self.outputs
         await self._learn_starts(messages)
         for m in messages:
@@ -234,9 +239,8 @@ class AgentLoop:
         now = self._monotonic()
         if now >= self._state_due:
             self._state_due = now + self._state_every_s
-            self._write_state()
-            if self._hand_over is not None:
-                await self._hand_over()  # state writes to the client, before the batch is acked
+            if self._write_state():
+                await self._flush()  # the state is taken by the broker before the batch is acked
         await self.rewinds.seek()
 
     async def _learn_starts(self, messages: Sequence[Received]) -> None:
@@ -270,12 +274,15 @@ class AgentLoop:
                 )
                 self.rewinds.unplaced(topic, partition, first)
 
-    def _write_state(self) -> None:
-        """The state changed since the last write, and each partition's input positions."""
+    def _write_state(self) -> bool:
+        """The state changed since the last write, and each partition's input positions;
+        whether anything was written."""
+        written = False
         for partition, processor in self.partitions.items():
             writes = processor.take_writes()
             for key, value in writes:
                 self._table.write(partition, key, value)
+                written = True
             if writes:
                 # Where a restart reads again moves with the state too (the pod side's
                 # oldest held input, released by ticks), not only with new inputs: a state
@@ -310,7 +317,9 @@ class AgentLoop:
                     # Atomic with the positions: a single record (see the module's doc).
                     record[CHECKPOINT] = [kept[0].decode(), kept[1].decode()]
                 self._table.write(partition, POSITIONS, json.dumps(record).encode())
+                written = True
         self._unwritten.clear()
+        return written
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop the processors of revoked partitions; they reload from the table if they return."""

@@ -35,6 +35,7 @@ PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_work_units_dropped",
     "gpuwatch_revisions",
     "gpuwatch_late_applied_events",
+    "gpuwatch_delivery_failures",
 }  # fmt: skip
 
 

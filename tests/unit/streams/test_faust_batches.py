@@ -1,4 +1,5 @@
-"""`Batches` without Kafka: record batches per partition, the partitioner asked once a key."""
+"""`Batches` without Kafka: record batches per partition, the partitioner asked once a key,
+and each batch's delivery confirmed or failed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from streams.faust.batches import Batches
+import pytest
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+
+from streams.faust.batches import Batches, DeliveryFailedError
 
 
 class FakeBatch:
@@ -30,15 +34,38 @@ class FakeClient:
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self.sent: list[tuple[str, int, list[tuple[bytes | None, bytes | None]]]] = []
+        self.futures: list[asyncio.Future[Any]] = []
+        """Each batch's delivery future, answered by the test (`settle`)."""
+        self.refuse: dict[str, BaseException] = {}
+        """What the broker answers for a topic's batches (absent: it takes them)."""
+        self.metadata_error: BaseException | None = None
 
     async def partitions_for(self, topic: str) -> set[int]:
+        if self.metadata_error is not None:
+            raise self.metadata_error
         return set(range(self.partitions))
 
     def create_batch(self) -> FakeBatch:
         return FakeBatch()
 
-    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> None:
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
         self.sent.append((topic, partition, batch.items))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+    def settle(self) -> None:
+        """The broker answers every batch sent and not answered yet (as aiokafka does)."""
+        for (topic, _, _), future in zip(self.sent, self.futures, strict=True):
+            if future.done():
+                continue
+            error = self.refuse.get(topic)
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
 
 
 class FakeProducer:
@@ -56,13 +83,17 @@ class FakeProducer:
         return SimpleNamespace(partition=sum(key or b"") % self.client.partitions)
 
 
-def batches(partitions: int = 12, max_keys: int = 100) -> tuple[Batches, FakeProducer]:
+def batches(
+    partitions: int = 12, max_keys: int = 100, failures: list[tuple[str, str]] | None = None
+) -> tuple[Batches, FakeProducer]:
     producer = FakeProducer(FakeClient(partitions))
 
     async def start() -> FakeProducer:
         return producer
 
-    return Batches(SimpleNamespace(maybe_start_producer=start), max_keys=max_keys), producer
+    app = SimpleNamespace(maybe_start_producer=start)
+    on_failure = None if failures is None else lambda topic, why: failures.append((topic, why))
+    return Batches(app, max_keys=max_keys, on_failure=on_failure), producer
 
 
 def test_each_key_is_placed_by_the_partitioner_once_and_then_where_it_said() -> None:
@@ -97,3 +128,70 @@ def test_a_new_partition_count_or_a_full_memory_starts_afresh() -> None:
     asyncio.run(b.hand_over())
     assert producer.asked[-1] == b"c"
     assert producer.client.sent[-1][1] == sum(b"c") % 24
+
+
+def test_confirm_waits_for_every_batch_handed_over_and_returns_once_the_broker_took_them() -> None:
+    b, producer = batches()
+    client = producer.client
+
+    async def run() -> list[bool]:
+        b.add("t.attribution", b"pod-a", b"v", None)
+        b.add("t.changelog", b"0|k", b"v", 0)
+        await b.hand_over()
+        confirming = asyncio.ensure_future(b.confirm())
+        await asyncio.sleep(0)
+        waited = [not confirming.done()]  # no answer from the broker yet
+        client.settle()
+        await confirming
+        return waited
+
+    assert asyncio.run(run()) == [True]
+    assert b.failure is None
+
+
+def test_a_batch_the_broker_refused_fails_confirm_with_its_topic_and_reason_and_for_good() -> None:
+    failures: list[tuple[str, str]] = []
+    b, producer = batches(failures=failures)
+    client = producer.client
+    client.refuse["t.attribution"] = MessageSizeTooLargeError()
+
+    async def run() -> list[str]:
+        b.add("t.attribution", b"pod-a", b"v", None)
+        b.add("t.pod.lifecycle", b"pod-a", b"v", None)
+        await b.hand_over()
+        client.settle()
+        raised = []
+        # Two agents confirm at once: the failure is counted once, both see it.
+        results = await asyncio.gather(b.confirm(), b.confirm(), return_exceptions=True)
+        raised += [str(r) for r in results if isinstance(r, DeliveryFailedError)]
+        # Later records the broker takes do not make the state count as stored.
+        b.add("t.changelog", b"0|k", b"v", 0)
+        await b.hand_over()
+        client.settle()
+        with pytest.raises(DeliveryFailedError) as later:
+            await b.confirm()
+        raised.append(str(later.value))
+        return raised
+
+    raised = asyncio.run(run())
+    assert len(raised) == 3
+    assert all("t.attribution" in r and "MessageSizeTooLargeError" in r for r in raised)
+    assert failures == [("t.attribution", "MessageSizeTooLargeError")]
+    assert b.failure is not None
+    assert (b.failure.topic, b.failure.reason) == ("t.attribution", "MessageSizeTooLargeError")
+
+
+def test_records_that_could_not_be_handed_over_fail_too() -> None:
+    failures: list[tuple[str, str]] = []
+    b, producer = batches(failures=failures)
+    producer.client.metadata_error = KafkaTimeoutError()  # the topic's metadata never came
+
+    async def run() -> None:
+        b.add("t.gpu.windows", b"GPU-1", b"v", None)
+        with pytest.raises(DeliveryFailedError, match=r"t\.gpu\.windows"):
+            await b.hand_over()
+        with pytest.raises(DeliveryFailedError):
+            await b.confirm()
+
+    asyncio.run(run())
+    assert failures == [("t.gpu.windows", "KafkaTimeoutError")]

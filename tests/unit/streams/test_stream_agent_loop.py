@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import pytest
+
 from streams.core.ticks import Tick, encode_tick
+from streams.faust.batches import DeliveryFailedError
 from streams.processors.outputs import Counters, Outputs, Record, Source
 from streams.runtime.agent_loop import POSITIONS, AgentLoop, Message
 from streams.runtime.rewinds import MAX_REWINDS, REWIND_AGAIN_S, STALL_S
@@ -82,7 +85,10 @@ def loop(
     committed: Callable[[str, int], int | None] = lambda topic, partition: None,
     inputs: tuple[str, ...] = (IN,),
     table: Table | None = None,
+    refused: frozenset[int] = frozenset(),
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
+    """The loop on a `Stub` per partition; the flushes numbered in `refused` (from 1) raise
+    as the producer's does when the broker did not take a record."""
     table, made = table or Table(log), {}
 
     def make(partition: int, stored: list[tuple[bytes, bytes]]) -> Stub:
@@ -91,6 +97,8 @@ def loop(
 
     async def flush() -> None:
         log.append("flush")
+        if log.count("flush") in refused:
+            raise DeliveryFailedError("t.out", 0, "MessageSizeTooLargeError", "refused")
 
     agent = AgentLoop(
         name="test",
@@ -123,8 +131,34 @@ def test_outputs_are_acknowledged_before_the_state_that_made_them_is_written() -
         "write 1/0",
         "write 0/@positions",
         "write 1/@positions",
+        "flush",  # the state is taken by the broker before the batch is acknowledged
     ]
     assert sorted(made) == [0, 1]
+
+
+def test_outputs_the_broker_did_not_take_end_the_loop_before_any_state_is_written() -> None:
+    log: list[str] = []
+    agent, table, _ = loop(log, Counters(), refused=frozenset({1}))
+    asked: list[int] = []
+
+    async def batches() -> AsyncIterator[Sequence[Message]]:
+        for offset in range(3):
+            asked.append(offset)  # the inbox acknowledges a batch when the next is asked for
+            yield [Message(IN, 0, offset, None, b"a")]
+
+    with pytest.raises(DeliveryFailedError, match="MessageSizeTooLargeError"):
+        asyncio.run(agent.run(batches()))
+    assert log == ["send t.out", "flush"]
+    assert table.data == {}
+    assert asked == [0]
+
+
+def test_a_state_write_the_broker_did_not_take_ends_the_batch_unacknowledged() -> None:
+    log: list[str] = []
+    agent, _, _ = loop(log, Counters(), refused=frozenset({2}))
+    with pytest.raises(DeliveryFailedError):
+        asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
+    assert log == ["send t.out", "flush", "write 0/0", "write 0/@positions", "flush"]
 
 
 def test_state_is_written_at_most_every_state_interval_with_the_positions_it_holds() -> None:
@@ -132,7 +166,7 @@ def test_state_is_written_at_most_every_state_interval_with_the_positions_it_hol
     clock = {"t": 100.0}
     agent, table, _ = loop(log, Counters(), now=lambda: clock["t"], state_every_s=5.0)
     asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))
-    assert log[-2:] == ["write 0/0", "write 0/@positions"]
+    assert log[-3:] == ["write 0/0", "write 0/@positions", "flush"]
     log.clear()
     clock["t"] += 4.9
     asyncio.run(agent.process([Message(IN, 0, 1, None, b"b"), Message(IN, 1, 0, None, b"c")]))
@@ -148,6 +182,7 @@ def test_state_is_written_at_most_every_state_interval_with_the_positions_it_hol
         "write 1/1",
         "write 0/@positions",
         "write 1/@positions",
+        "flush",
     ]
     assert table.data[(0, b"@positions")] == b'{"t.in": 2}'
     assert table.data[(1, b"@positions")] == b'{"t.in": 2}'
@@ -159,7 +194,14 @@ def test_an_error_of_ours_becomes_a_dead_letter_and_the_batch_goes_on() -> None:
     agent, table, _ = loop(log, counters)
     batch = [Message(IN, 0, 0, b"k", b"boom"), Message(IN, 0, 1, None, b"ok")]
     asyncio.run(agent.process(batch))
-    assert log == ["send t.deadletter", "send t.out", "flush", "write 0/1", "write 0/@positions"]
+    assert log == [
+        "send t.deadletter",
+        "send t.out",
+        "flush",
+        "write 0/1",
+        "write 0/@positions",
+        "flush",
+    ]
     assert (counters.events, counters.deadletter) == (2, 1)
     assert table.data == {(0, b"1"): b"ok", (0, b"@positions"): b'{"t.in": 2}'}
 

@@ -35,6 +35,14 @@ def test_metrics_count_emitted_values_and_pipeline_counters() -> None:
     assert pipeline_counts(counters)["gpuwatch_duplicate_events"] == {(): 1.0}
 
 
+def test_delivery_failures_are_served_by_topic_and_reason() -> None:
+    counters = Counters()
+    counters.delivery_failures[("t.attribution", "MessageSizeTooLargeError")] = 2
+    get = WorkerSinks(Settings(), counters).registry.get_sample_value
+    labels = {"topic": "t.attribution", "reason": "MessageSizeTooLargeError"}
+    assert get("gpuwatch_delivery_failures_total", labels) == 2
+
+
 def test_the_worker_counts_and_shows_the_alerts_it_emits_and_reads_the_lag() -> None:
     sinks = WorkerSinks(Settings(), Counters(), wall=lambda: 1_764_412_100.0)
     alert = msgspec.convert(example("gpuwatch.alert/v1"), Alert)
