@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from kafka.errors import CoordinatorNotAvailableError
 from support import WaitTimeoutError, wait_until
@@ -251,6 +252,45 @@ def identities(settings: Settings) -> Identities:
             grouped.setdefault(key(value), []).append(value)
         out[name] = grouped
     return out
+
+
+def finished(settings: Settings) -> bool:
+    """All the scenario's windows and alerts are out (3 attributions, 2 GPU windows, 3 alerts)."""
+    return (
+        len({(a.uid, a.window_start) for a in decoded(settings, ATTRIBUTION)}) >= 3
+        and len(decoded(settings, GPU_WINDOWS)) >= 2
+        and len({a.fingerprint for a in decoded(settings, ALERTS)}) >= 3
+    )
+
+
+def assert_same_records(got: Settings, want: Settings) -> None:
+    """Every identity of `want` is in `got`, each copy equal to `want`'s one record."""
+    expected, actual = identities(want), identities(got)
+    for topic, records in expected.items():
+        assert sorted(actual[topic]) == sorted(records), topic
+        for identity, (record,) in records.items():
+            for copy in actual[topic][identity]:
+                diff = {
+                    name: (getattr(copy, name), value)
+                    for name, value in msgspec.structs.asdict(record).items()
+                    if getattr(copy, name) != value
+                }
+                assert diff == {}, (topic, identity)
+
+
+def run_alone(settings: Settings, start: StartWorker, messages: list[Message]) -> Worker:
+    """The scenario's `messages` on `settings`' topics, worked off by one worker undisturbed
+    (running on)."""
+    produce(settings, messages)
+    worker = start(settings, "alone")
+    wait_for("the undisturbed run", lambda: finished(settings), worker)
+    return worker
+
+
+def moved(messages: list[Message], old: Settings, new: Settings) -> list[Message]:
+    """`messages` made for `old`'s topics, for `new`'s (the topic names differ by prefix)."""
+    before, after = old.kafka.topic_prefix, new.kafka.topic_prefix
+    return [(after + topic.removeprefix(before), *rest) for topic, *rest in messages]
 
 
 def group_members(settings: Settings) -> int:
