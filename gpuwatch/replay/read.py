@@ -66,13 +66,15 @@ def value_ts(raw: bytes | None) -> int | None:
 
 @dataclass(frozen=True)
 class Hit:
-    """One record read: topic, partition, key, raw value and the value's event time."""
+    """One record read: topic, partition, key, raw value, the value's event time and when
+    the record was written (its record timestamp)."""
 
     topic: str
     partition: int
     key: bytes | None
     value: bytes
     ts: int
+    written_ms: int = 0
 
 
 @dataclass
@@ -258,6 +260,17 @@ class RangeReader:
             parts[tp].earliest_ms = record.timestamp if ts is None else min(ts, record.timestamp)
         return Plan(list(parts.values()), missing)
 
+    def newest_write_ms(self, topic: str) -> int | None:
+        """When the newest record of a topic was written (record timestamp); None: empty."""
+        tps = self.partitions(topic)
+        try:
+            begins = self._consumer.beginning_offsets(tps) if tps else {}
+            ends = self._consumer.end_offsets(tps) if tps else {}
+        except KafkaError as exc:
+            raise ReadError(f"Kafka refused an offsets request: {exc!r}") from exc
+        last = self._first_records({tp: ends[tp] - 1 for tp in tps if ends[tp] > begins[tp]})
+        return max((int(record.timestamp) for record in last.values()), default=None)
+
     def _gallop(self, parts: dict[TopicPartition, PartitionPlan], start_ms: int) -> None:
         """Move starts back where event time runs ahead of the writes (see the module doc)."""
         step = 1
@@ -358,5 +371,5 @@ class RangeReader:
                 continue
             if span.holds(ts):
                 plan.in_range[topic] = plan.in_range.get(topic, 0) + 1
-            yield Hit(topic, record.partition, record.key, record.value, ts)
+            yield Hit(topic, record.partition, record.key, record.value, ts, record.timestamp)
         return False

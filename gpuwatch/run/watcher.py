@@ -13,10 +13,13 @@ from typing import Any, TypeVar
 import msgspec
 from prometheus_client import CollectorRegistry, start_http_server
 
+from gpuwatch.run.readback import reader_of, window_ms
 from producers.agent.publisher import Publisher
 from producers.k8s.client import K8sConfigError, KubernetesApi, connect
 from producers.k8s.metrics import WatcherCollector
+from producers.k8s.recall import Recall
 from producers.k8s.watcher import K8sWatcher
+from producers.k8s.watching import FULL_RESYNC_S
 from producers.kafka import KafkaSender
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
@@ -61,7 +64,12 @@ def _emitter(publisher: Publisher, spec: TopicSpec[T]) -> Callable[[T], None]:
 
 
 class WatcherService:
-    """The running watcher: API client, watches, publishers and /metrics together."""
+    """The running watcher: API client, watches, publishers and /metrics together.
+
+    Before its first lists it reads back what `k8s.pods` and `k8s.nodes` hold (a bounded
+    read, gpuwatch.run.readback), so that what changed while it was down is published,
+    deletions included (`final_state_unknown`), and what Kafka never got is sent again.
+    """
 
     def __init__(self, settings: Settings, api: KubernetesApi) -> None:
         self.settings = settings
@@ -71,13 +79,22 @@ class WatcherService:
             K8S_NODES.name: _publisher(settings, K8S_NODES),
             K8S_WORKLOADS.name: _publisher(settings, K8S_WORKLOADS),
         }
+        cluster = settings.cluster.name
+        window = window_ms(FULL_RESYNC_S, settings.watcher.watch_timeout_s)
         self.watcher = K8sWatcher(
             api,
             settings.watcher,
             emit_pod=_emitter(self.publishers[K8S_PODS.name], K8S_PODS),
             emit_node=_emitter(self.publishers[K8S_NODES.name], K8S_NODES),
             emit_workload=_emitter(self.publishers[K8S_WORKLOADS.name], K8S_WORKLOADS),
-            cluster=settings.cluster.name,
+            cluster=cluster,
+            full_resync_s=FULL_RESYNC_S,
+            recall_pods=Recall(
+                reader_of(settings.kafka, K8S_PODS, cluster, window), K8S_PODS.key_of, cluster
+            ),
+            recall_nodes=Recall(
+                reader_of(settings.kafka, K8S_NODES, cluster, window), K8S_NODES.key_of, cluster
+            ),
         )
         self.registry = CollectorRegistry()
         self.registry.register(

@@ -3,11 +3,14 @@ topics of the test's own, a consumer, the JSON Schemas.
 
 test_k8s_watcher_kafka.py keeps the in-process test server: it cuts watches and compacts
 on cue, and reads the server's request log. test_k8s_watcher_real.py runs the command
-against the real kube-apiserver of the local stack as its own service account."""
+against the real kube-apiserver of the local stack as its own service account;
+test_k8s_watcher_restart.py restarts the watcher there, with a worker
+(`tests/integration/worker/worker_fixtures.py`, put on the import path here)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +19,19 @@ import pytest
 from jsonschema import Draft202012Validator
 from kafka.consumer.fetcher import ConsumerRecord
 from support import free_port, waiter
+from support.apiservers import LiveApiServer, live
 from topic_io import consume_all, scoped_topics
 
 from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS
 from schemas.export import JSON_DIR
 from schemas.settings import Settings
+
+WORKER_HELPERS = Path(__file__).resolve().parent.parent / "worker"
+if str(WORKER_HELPERS) not in sys.path:  # worker_fixtures, for the watcher-and-worker tests
+    sys.path.insert(0, str(WORKER_HELPERS))
+
+from worker_fixtures import StartWorker, worker_starter  # noqa: E402 - needs the path above
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +54,20 @@ def free_port_fixture() -> Callable[[], int]:
 def apiserver() -> Iterator[FakeApiServer]:
     with FakeApiServer(bookmark_interval_s=0.2) as server:
         yield server
+
+
+@pytest.fixture
+def real(kube_stack: Settings) -> Iterator[LiveApiServer]:
+    """The stack's kube-apiserver, emptied of pods, nodes, ReplicaSets and Jobs."""
+    with live(kube_stack) as server:
+        yield server
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
+    """Start `gpuwatch worker` processes; every one is stopped (SIGTERM) after the test."""
+    with worker_starter(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

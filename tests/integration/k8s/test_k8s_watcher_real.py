@@ -16,7 +16,7 @@ import watcher_command
 import yaml
 from jsonschema import Draft202012Validator
 from support import reaped
-from support.apiservers import LiveApiServer, live
+from support.apiservers import LiveApiServer
 from support.kube import RBAC
 
 from gpuwatch.stack import kube as stack_kube
@@ -25,12 +25,6 @@ from schemas import K8S_PODS
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def real(kube_stack: Settings) -> Iterator[LiveApiServer]:
-    with live(kube_stack) as server:
-        yield server
 
 
 @pytest.fixture
