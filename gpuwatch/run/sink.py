@@ -85,6 +85,18 @@ class SinkCollector(Collector):
             "kafka_errors": ("Polls and commits Kafka refused (retried)", w.kafka_errors),
         }
         yield from _counters(PREFIX, counters)
+        yield _by_reason(
+            PREFIX + "redis_errors",
+            "Redis attempts that failed, by reason (oom, misconf, readonly, connection...): "
+            "the batch kept, not committed, and retried",
+            w.redis.errors,
+        )
+        yield _by_reason(
+            PREFIX + "redis_rewrites",
+            "Times Redis was found to have lost writes, read again from the topics: lost "
+            "(behind its stored positions), evicted (keys evicted: all written anew)",
+            {"lost": 0, "evicted": 0, **w.rewrites},
+        )
         if w.newest_sample_ms:
             lag = GaugeMetricFamily(
                 PREFIX + "lag_seconds",
@@ -175,6 +187,14 @@ def _counters(
         counter = CounterMetricFamily(prefix + name, doc)
         counter.add_metric([], value)
         yield counter
+
+
+def _by_reason(name: str, doc: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter family labelled by `reason`, one sample per reason counted."""
+    counter = CounterMetricFamily(name, doc, labels=["reason"])
+    for reason, value in sorted(counts.items()):
+        counter.add_metric([reason], value)
+    return counter
 
 
 def _check(settings: Settings) -> None:

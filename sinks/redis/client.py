@@ -11,19 +11,34 @@ from typing import Any
 
 from redis import Redis
 from redis.backoff import NoBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 __all__ = [
+    "AuthenticationError",
+    "BusyLoadingError",
+    "ClusterDownError",
     "NoScriptError",
+    "OutOfMemoryError",
     "ReadOnlyError",
     "Redis",
     "RedisConnectionError",
     "RedisError",
     "RedisTimeoutError",
     "ResponseError",
+    "TryAgainError",
     "connect",
     "connect_to",
 ]

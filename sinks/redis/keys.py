@@ -84,6 +84,16 @@ class RedisKeys:
         """
         return f"{self.prefix}sink:positions:{group}"
 
+    def rebuild(self, group: str) -> str:
+        """Hash: `generation` (how many times the keys were deleted to be written anew from
+        the topics), `evicted` and `run_id` (Redis's eviction count and run the last time),
+        of one group; the one key of the prefix a rebuild keeps.
+
+        The writers of the group read the generation every few seconds: a new one tells
+        each to read its partitions again from the start (`RedisWriter`).
+        """
+        return f"{self.prefix}sink:rebuild:{group}"
+
     # -- GPUs -----------------------------------------------------------------------------
     def gpu(self, uuid: GpuUuid | str) -> str:
         """Hash: a GPU's live state from the latest node sample and its latest window (public)."""

@@ -48,6 +48,7 @@ ScriptName = Literal[
     "positions",
     "field_if_newer",
     "workload",
+    "rebuild",
 ]
 DELETED_KEEP_MS = 86_400_000
 """How long a Kueue workload's deletion is remembered against late records of it."""

@@ -4,8 +4,10 @@ The scripts are the conditional upserts that make every write idempotent and ord
 (SINKS-redis.md explains each). A batch goes out as one transaction of EVALSHA calls; a
 server that lost its script cache (a restart) answers NOSCRIPT, and the sink loads the
 scripts and sends the batch again, which is harmless because every call is idempotent.
-Connection errors are retried with capped exponential backoff inside a time budget, then
-surface as `SinkUnavailable` so the worker keeps the batch and retries later.
+Connection errors, and the refusals Redis lifts by itself (full: OOM; a failed snapshot:
+MISCONF; a read-only replica: READONLY; loading), are retried with capped exponential
+backoff inside a time budget, then surface as `SinkUnavailable` so the writer keeps the
+batch and retries later. Each failed attempt is counted by its reason (`errors`).
 
 redis-py is synchronous: the worker calls it from its Redis writer thread
 (sinks/redis/writer.py).
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -27,11 +31,16 @@ from tenacity import RetryCallState, Retrying, wait_exponential
 from schemas.settings import RedisSettings
 from sinks.redis import client
 from sinks.redis.client import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
     NoScriptError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisConnectionError,
     RedisTimeoutError,
     ResponseError,
+    TryAgainError,
 )
 from sinks.redis.keys import DEFAULT_PREFIX, RedisKeys
 from sinks.redis.plan import Command, GpuLive, PlanOptions, ScriptName, SinkRecord, plan, plan_live
@@ -44,6 +53,7 @@ __all__ = [
     "SinkRejected",
     "SinkUnavailable",
     "redact_url",
+    "transient_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,8 +65,29 @@ SCRIPTS: Final[dict[ScriptName, str]] = {
 """Source of each script, from `lua/<name>.lua` (each file says its KEYS and ARGV)."""
 
 _SHAS: Final = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
-# Server errors that go away by themselves (failover, memory pressure, a busy script).
-_TRANSIENT = ("OOM", "MISCONF", "BUSY", "TRYAGAIN", "LOADING", "MASTERDOWN", "CLUSTERDOWN")
+# Server errors that go away by themselves (memory freed, a disk fixed, a failover
+# finished, a busy script), by the code Redis answers with: the reason each is counted as.
+_TRANSIENT: Final = {
+    "OOM": "oom",
+    "MISCONF": "misconf",
+    "READONLY": "readonly",
+    "BUSY": "busy",
+    "TRYAGAIN": "tryagain",
+    "LOADING": "loading",
+    "MASTERDOWN": "masterdown",
+    "CLUSTERDOWN": "clusterdown",
+}
+# redis-py takes the code off the errors it has a class for (OOM comes as OutOfMemoryError
+# worded "command not allowed..."): those are known by their class.
+_TRANSIENT_TYPES: Final = (
+    (OutOfMemoryError, "oom"),
+    (ReadOnlyError, "readonly"),
+    (TryAgainError, "tryagain"),
+    (ClusterDownError, "clusterdown"),
+)
+# How redis-py words an error Redis answered to a command queued in a transaction (a full
+# Redis refuses the commands as they are queued, and the transaction is discarded).
+_QUEUED = re.compile(r"^Command # \d+ \(.*\) of pipeline caused error: ", re.DOTALL)
 
 
 class SinkError(Exception):
@@ -64,7 +95,14 @@ class SinkError(Exception):
 
 
 class SinkUnavailable(SinkError):  # noqa: N818 - named for what the worker reacts to
-    """Redis did not take the batch within the retry budget: keep the batch, retry later."""
+    """Redis did not take the batch within the retry budget: keep the batch, retry later.
+
+    `reason` says why, as counted in `RedisSink.errors`.
+    """
+
+    def __init__(self, message: str, reason: str = "connection") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class SinkRejected(SinkError):  # noqa: N818 - named for what the worker reacts to
@@ -95,6 +133,27 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
+def transient_reason(err: BaseException) -> str | None:
+    """The reason (`oom`, `misconf`, `readonly`...) of a server error that goes away by
+    itself; None for any other error."""
+    for kind, reason in _TRANSIENT_TYPES:
+        if isinstance(err, kind):
+            return reason
+    if not isinstance(err, ResponseError):
+        return None
+    code = _QUEUED.sub("", str(err), count=1).split(" ", 1)[0]
+    return _TRANSIENT.get(code)
+
+
+def _unreachable_reason(err: RedisConnectionError | RedisTimeoutError) -> str:
+    """The reason of a connection failure: auth, loading, timeout or connection."""
+    if isinstance(err, AuthenticationError):
+        return "auth"
+    if isinstance(err, BusyLoadingError):
+        return "loading"
+    return "timeout" if isinstance(err, RedisTimeoutError) else "connection"
+
+
 class RedisSink:
     """Writes decoded records to Redis per DESIGN.md §5, one transaction per batch."""
 
@@ -118,6 +177,8 @@ class RedisSink:
             alerts_maxlen=alerts_maxlen,
         )
         self.target = redact_url(url)
+        self.errors: Counter[str] = Counter()
+        """Attempts that failed, by reason (`oom`, `misconf`, `readonly`, `connection`...)."""
         self._backoff = backoff or Backoff()
         self._sleep, self._clock = sleep, clock
         # Our own retry loop decides; redis-py retrying underneath would stretch the budget.
@@ -162,11 +223,43 @@ class RedisSink:
 
     def positions(self, group: str) -> dict[str, int]:
         """The positions stored for `group` (empty when none); SinkUnavailable if unreachable."""
-        try:
-            raw = self._client.hgetall(self.options.keys.positions(group))
-        except (RedisConnectionError, RedisTimeoutError) as err:
-            raise SinkUnavailable(f"redis {self.target} unavailable: {err}") from err
+        raw = self._read(lambda: self._client.hgetall(self.options.keys.positions(group)))
         return {_text(k): int(v) for k, v in raw.items()}
+
+    def evictions(self) -> tuple[str, int]:
+        """Redis's run id (new at each start) and how many keys it has evicted since it
+        started (`INFO`; the count is the server's, every prefix and database)."""
+        info = self._read(self._client.info)
+        return str(info["run_id"]), int(info["evicted_keys"])
+
+    def generation(self, group: str) -> int:
+        """How many times `rebuild` deleted the keys (0: never, or Redis lost the count)."""
+        key = self.options.keys.rebuild(group)
+        value = self._read(lambda: self._client.hget(key, "generation"))
+        return 0 if value is None else int(value)
+
+    def rebuild(self, group: str, evictions: tuple[str, int]) -> int:
+        """Delete every key of the prefix, to be written anew from the topics, unless it was
+        done for these `evictions` already (another writer of the group noticed them first);
+        the generation after.
+
+        One script: atomic, so no batch lands halfway through (it blocks Redis while it
+        scans the prefix's keys, a rare event: Redis evicted keys)."""
+        rebuild = self.options.keys.rebuild(group)
+        keys = self.options.keys.prefix
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", keys) + "*"
+        run_id, evicted = evictions
+        args = (pattern, self.options.keys.rebuild(""), str(evicted), run_id)
+        return int(self._read(lambda: self._client.eval(SCRIPTS["rebuild"], 1, rebuild, *args)))
+
+    def _read(self, call: Callable[[], Any]) -> Any:
+        """One call, its connection failures counted and raised as SinkUnavailable."""
+        try:
+            return call()
+        except (RedisConnectionError, RedisTimeoutError) as err:
+            reason = _unreachable_reason(err)
+            self.errors[reason] += 1
+            raise SinkUnavailable(f"redis {self.target} unavailable: {err}", reason) from err
 
     def execute(self, commands: Sequence[Command]) -> None:
         """Sends planned commands in one transaction, retrying connection failures."""
@@ -177,14 +270,16 @@ class RedisSink:
             try:
                 self._attempt(commands)
             except (RedisConnectionError, RedisTimeoutError, _Transient) as err:
+                reason = err.reason if isinstance(err, _Transient) else _unreachable_reason(err)
+                self.errors[reason] += 1
                 delay = self._backoff.delay(attempt)
                 if self._clock() + delay > deadline:
                     raise SinkUnavailable(
-                        f"redis {self.target} unavailable after {attempt} attempts: {err}"
+                        f"redis {self.target} unavailable after {attempt} attempts: {err}", reason
                     ) from err
                 log.warning(
-                    "redis sink retrying target=%s attempt=%d retry_in_s=%.2f error=%r",
-                    self.target, attempt, delay, str(err),
+                    "redis sink retrying target=%s reason=%s attempt=%d retry_in_s=%.2f error=%r",
+                    self.target, reason, attempt, delay, str(err),
                 )  # fmt: skip
                 self._sleep(delay)
                 continue
@@ -202,10 +297,8 @@ class RedisSink:
                 pipe.execute()
             results = self._transaction(commands)
         for command, result in zip(commands, results, strict=True):
-            if isinstance(result, ReadOnlyError) or (
-                isinstance(result, ResponseError) and str(result).startswith(_TRANSIENT)
-            ):
-                raise _Transient(str(result)) from result
+            if isinstance(result, Exception) and (reason := transient_reason(result)):
+                raise _Transient(reason, str(result)) from result
             if isinstance(result, ResponseError):
                 raise SinkRejected(f"{command.script} on {command.keys[0]}: {result}") from result
 
@@ -217,8 +310,8 @@ class RedisSink:
             try:
                 return pipe.execute(raise_on_error=False)
             except ResponseError as err:
-                if str(err).startswith(_TRANSIENT):
-                    raise _Transient(str(err)) from err
+                if reason := transient_reason(err):
+                    raise _Transient(reason, str(err)) from err
                 raise SinkRejected(str(err)) from err
 
 
@@ -227,4 +320,8 @@ def _text(value: bytes | str) -> str:
 
 
 class _Transient(Exception):  # noqa: N818 - internal marker, never escapes the sink
-    """A server error that retrying fixes (read-only replica, OOM, loading)."""
+    """A server error that retrying fixes (read-only replica, OOM, loading), and its reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

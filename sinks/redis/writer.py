@@ -12,7 +12,15 @@ group: no worker waits on Redis). A sample partition this group never committed 
 needs the newest samples only. After a crash, the records after the last commit are written again;
 the writes are idempotent upserts keyed by each record's identity, so the state is the
 same. A record Redis refuses for good (a key of the wrong type someone else wrote) is
-logged and counted, and the rest of its batch is written.
+logged and counted, and the rest of its batch is written. A Redis that refuses writes for a
+while (full, a failed snapshot, a read-only replica) is away like one that does not answer:
+the batch is kept, uncommitted, and retried, each refusal counted by its reason.
+
+Redis that lost keys is written again from the topics: behind the positions stored with
+each batch (a restart from an older snapshot, an emptied database), the difference is read
+again; after evictions (a maxmemory-policy other than noeviction), which leave some keys of
+a pod or a leaderboard and not others, every key of the prefix is deleted in one step and
+every writer of the group reads its partitions again from the start (`_reconcile`).
 
 The Kafka client is given (`KafkaClient`): the wiring passes kafka-python's
 (gpuwatch/run/sink.py), so that this package imports no Kafka library.
@@ -23,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,6 +127,13 @@ class RedisWriter(ConsumerLoop):
         with or without new records, until Kafka takes the commit."""
         self._rejoining_since: float | None = None
         """When the commits began to be refused as asked for during a rejoin."""
+        self.rewrites: Counter[str] = Counter()
+        """Times Redis was found to have lost writes and they were read again: `lost` (its
+        positions behind the consumer's), `evicted` (keys evicted, all written anew)."""
+        self._evictions: tuple[str, int] | None = None
+        """Redis's run id and eviction count at the last check."""
+        self._generation: int | None = None
+        """The group's rebuild generation at the last check (`RedisSink.rebuild`)."""
 
     def start(self) -> None:
         """Run in a daemon thread until `stop()`."""
@@ -214,7 +230,8 @@ class RedisWriter(ConsumerLoop):
         self._rejoining_since = None
 
     def _reconcile(self, consumer: Consumer) -> None:
-        """Read again what Redis lost: its stored positions behind ours (every few seconds).
+        """Read again what Redis lost (every few seconds): all of it after evictions, else
+        where its stored positions are behind ours.
 
         Redis restarted from an older snapshot (or empty) holds less than the group's
         committed offsets say; the positions written with each batch tell how much less.
@@ -224,12 +241,17 @@ class RedisWriter(ConsumerLoop):
             return
         self._next_check = now + CHECK_EVERY_S
         assigned = consumer.assignment()
-        if not assigned:
-            return
         try:
+            rebuilt = self._rebuilt()  # from the first step on, assigned or not
+            if not assigned:
+                return
             stored = self.redis.positions(self.group)
         except SinkUnavailable:
             return  # the write that follows waits for Redis
+        if rebuilt:
+            self._read_all_again(consumer, assigned)
+            return
+        lost = False
         for tp in sorted(assigned):
             if tp.topic == self.samples_topic:
                 continue  # live states come back with the next samples: nothing to re-read
@@ -244,12 +266,59 @@ class RedisWriter(ConsumerLoop):
                         tp.topic, tp.partition, start,
                     )  # fmt: skip
                     consumer.seek(tp, start)
+                    lost = True
             elif at is not None and kept < at:
                 log.warning(
                     "Redis lost writes of topic=%s partition=%d: writing offsets %d..%d again",
                     tp.topic, tp.partition, kept, at - 1,
                 )  # fmt: skip
                 consumer.seek(tp, kept)
+                lost = True
+        if lost:
+            self.rewrites["lost"] += 1
+
+    def _rebuilt(self) -> bool:
+        """Whether the group's keys were deleted since the last check, to be written anew;
+        deletes them first if Redis evicted keys since then.
+
+        An eviction can take any key: a pod's window totals and not the pod, a leaderboard
+        and not its windows. The scripts build each key on the others, so what is left is
+        deleted with what went and the topics are read again from the start. The eviction
+        count is Redis's, all keys of the server: another application's evictions count
+        too. Under steady memory pressure this repeats at each check that sees evictions:
+        give Redis `maxmemory-policy noeviction` (a full Redis is waited for, nothing lost).
+        """
+        evictions = self.redis.evictions()
+        last, self._evictions = self._evictions, evictions
+        if last is not None and evictions[0] == last[0] and evictions[1] > last[1]:
+            log.warning(
+                "Redis evicted keys=%d: the sink's keys are deleted and written again from "
+                "the topics (give Redis maxmemory-policy noeviction) target=%s",
+                evictions[1] - last[1], self.redis.target,
+            )  # fmt: skip
+            generation = self.redis.rebuild(self.group, evictions)
+        else:
+            generation = self.redis.generation(self.group)
+        known, self._generation = self._generation, generation
+        # Lower: Redis lost the count with the rest (a restart, a flush): its positions say
+        # what to read again.
+        return known is not None and generation > known
+
+    def _read_all_again(self, consumer: Consumer, assigned: set[Any]) -> None:
+        """Every assigned partition from the start, the samples `LIVE_LOOKBACK_S` back."""
+        self.rewrites["evicted"] += 1
+        since_ms = int((self._wall() - LIVE_LOOKBACK_S) * 1000)
+        for tp in sorted(assigned):
+            if tp.topic == self.samples_topic:
+                offset = self.offset_at(consumer, tp, since_ms)
+            else:
+                offset = consumer.beginning_offsets([tp])[tp]
+            consumer.seek(tp, offset)
+        log.warning(
+            "redis writer: Redis's keys were deleted after evictions: partitions=%d read "
+            "again from the start",
+            len(assigned),
+        )
 
     def _place_new_sample_partitions(self, consumer: Consumer) -> set[Any]:
         """Sample partitions just assigned that this group never committed, sought to
@@ -326,7 +395,7 @@ class RedisWriter(ConsumerLoop):
                         batch, live = [], []  # written one by one: the positions are left
                         continue
                 except SinkUnavailable as exc:
-                    self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                    self._kept(len(batch), exc)
                 if not paused:
                     consumer.pause(*consumer.assignment())
                     paused = True
@@ -352,9 +421,13 @@ class RedisWriter(ConsumerLoop):
                 self.rejected += 1
                 log.error("Redis refused a record %s: %s", _what(record), exc)
             except SinkUnavailable as exc:
-                self._warn(f"Redis unavailable, batch of {len(batch)} kept: {exc}")
+                self._kept(len(batch), exc)
                 return False
         return True
+
+    def _kept(self, size: int, exc: SinkUnavailable) -> None:
+        """Say (at most every `LOG_EVERY_S`) that a batch waits for Redis, and why."""
+        self._warn(f"Redis unavailable reason={exc.reason}, batch of {size} kept: {exc}")
 
     def _warn(self, message: str) -> None:
         now = self._monotonic()

@@ -21,7 +21,7 @@ LUA = PACKAGE / "lua"
 
 def test_every_script_name_has_its_file_and_every_file_is_a_script() -> None:
     names = set(get_args(ScriptName))
-    assert len(names) == 9
+    assert len(names) == 10
     assert {path.stem for path in LUA.iterdir() if path.is_file()} == names
     assert {path.suffix for path in LUA.iterdir()} == {".lua"}
 

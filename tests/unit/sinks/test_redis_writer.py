@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, cast
@@ -135,6 +136,10 @@ class FakeRedis:
         self.refuse = refuse
         self.applied: list[list[SinkRecord]] = []
         self.stored: dict[str, int] = {}
+        self.errors: Counter[str] = Counter()
+        self.run_id, self.evicted = "run-1", 0
+        self.generations = 0
+        self.rebuilds: list[tuple[str, int]] = []
 
     def apply(
         self,
@@ -155,6 +160,20 @@ class FakeRedis:
 
     def positions(self, group: str) -> dict[str, int]:
         return dict(self.stored)
+
+    def evictions(self) -> tuple[str, int]:
+        return self.run_id, self.evicted
+
+    def generation(self, group: str) -> int:
+        return self.generations
+
+    def rebuild(self, group: str, evictions: tuple[str, int]) -> int:
+        """As the script: the keys deleted once per eviction count of a run."""
+        if evictions not in self.rebuilds:
+            self.rebuilds.append(evictions)
+            self.stored.clear()
+            self.generations += 1
+        return self.generations
 
     def close(self) -> None:
         pass
@@ -506,3 +525,62 @@ def test_the_sinks_metrics_read_the_writers_counters() -> None:
     assert registry.get_sample_value("gpuwatch_sink_written_total") == 12
     assert registry.get_sample_value("gpuwatch_sink_samples_total") == 3
     assert registry.get_sample_value("gpuwatch_sink_lag_seconds") == pytest.approx(2.5)
+    w.redis.errors.update({"oom": 4, "readonly": 1})
+    w.rewrites["evicted"] += 1
+    errors = "gpuwatch_sink_redis_errors_total"
+    assert registry.get_sample_value(errors, {"reason": "oom"}) == 4
+    assert registry.get_sample_value(errors, {"reason": "readonly"}) == 1
+    rewrites = "gpuwatch_sink_redis_rewrites_total"
+    assert registry.get_sample_value(rewrites, {"reason": "evicted"}) == 1
+    assert registry.get_sample_value(rewrites, {"reason": "lost"}) == 0
+
+
+def test_a_refusal_keeps_the_batch_uncommitted_and_is_logged_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    full = SinkUnavailable("OOM command not allowed", reason="oom")
+    redis = FakeRedis(failures=[full, full])
+    consumer = FakeConsumer([msgs("a")])
+    w = writer(redis)
+    commits: list[int] = []
+    redis_apply = redis.apply
+
+    def apply(*args: Any, **kwargs: Any) -> None:
+        commits.append(consumer.commits)  # the commits made before each attempt
+        redis_apply(*args, **kwargs)
+
+    redis.apply = apply  # type: ignore[method-assign]
+    w.step(consumer)
+    assert commits == [0, 0, 0]  # nothing committed while Redis refused the batch
+    assert (consumer.commits, w.written) == (1, 1)
+    assert "reason=oom" in caplog.text
+
+
+def test_evictions_delete_the_keys_once_and_every_writer_reads_all_again() -> None:
+    redis = FakeRedis()
+    first, second = writer(redis), writer(redis)  # two replicas of the group
+    consumer, other = FakeConsumer([msgs("a", "b", "c")], start=2), FakeConsumer([], start=2)
+    other.assigned = {TP(TOPIC, 1)}
+    other.at = redis.stored[f"{TOPIC}:1"] = 7  # what it wrote before
+    samples = TP(SAMPLES, 0)
+    consumer.assigned.add(samples)
+    consumer.committed_at[samples] = 40
+    consumer.times[samples] = OffsetAndTimestamp(31, 0)
+    first.step(consumer)
+    second.step(other)
+    assert (consumer.seeks, other.seeks) == ([], [])
+    redis.evicted = 5  # a maxmemory-policy that evicts
+    for w in (first, second):
+        w._next_check = 0.0
+    first.step(consumer)
+    assert redis.rebuilds == [("run-1", 5)]
+    assert consumer.seeks_by == {TP0: 2, samples: 31}  # the start; the samples' look-back
+    assert consumer.asked_since == [int((NOW_S - LIVE_LOOKBACK_S) * 1000)]
+    second.step(other)  # noticed the same evictions: found the keys deleted already
+    assert redis.rebuilds == [("run-1", 5)]
+    assert other.seeks_by == {TP(TOPIC, 1): 2}
+    assert (first.rewrites["evicted"], second.rewrites["evicted"]) == (1, 1)
+    redis.run_id, redis.evicted = "run-2", 1  # restarted: its count starts again
+    first._next_check = 0.0
+    first.step(consumer)
+    assert (redis.rebuilds, first.rewrites["evicted"]) == ([("run-1", 5)], 1)
