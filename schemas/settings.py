@@ -294,6 +294,11 @@ class WorkerSettings(BaseModel):
     """Event time (epoch ms) the input ends at, for a replay of a range (`replay --rerun`):
     once caught up, the worker closes every window up to it instead of waiting for more.
     None for a live worker, whose windows wait for the data that moves stream time."""
+    stall_limit_s: float = Field(default=300.0, gt=0)
+    """Seconds a partition the worker holds may have records waiting while its commit does
+    not move before /livez answers 503 (and `GpuwatchWorkerStalled` fires): a worker whose
+    processing stopped still answers /metrics. Five minutes: longer than a busy table's
+    restore after a rebalance, far shorter than a stuck worker going unnoticed."""
 
 
 class SinkSettings(BaseModel):
@@ -305,6 +310,9 @@ class SinkSettings(BaseModel):
     """Port of the Redis sink's own /metrics (written, refused, lag)."""
     exporter_port: int = Field(default=9484, ge=1, le=65535)
     """Port of `gpuwatch sink metrics`: the pod and GPU metrics."""
+    stall_limit_s: float = Field(default=300.0, gt=0)
+    """Seconds a partition a sink holds may have records waiting while the sink takes none
+    in (writes nothing) before its /livez answers 503 (and `GpuwatchSinkStalled` fires)."""
 
 
 class CostSettings(BaseModel):
@@ -529,8 +537,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WORKER_SESSION_TIMEOUT_S": ("worker", "session_timeout_s"),
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
     "GPUWATCH_WORKER_INPUT_END_MS": ("worker", "input_end_ms"),
+    "GPUWATCH_WORKER_STALL_LIMIT_S": ("worker", "stall_limit_s"),
     "GPUWATCH_SINK_METRICS_PORT": ("sink", "metrics_port"),
     "GPUWATCH_SINK_EXPORTER_PORT": ("sink", "exporter_port"),
+    "GPUWATCH_SINK_STALL_LIMIT_S": ("sink", "stall_limit_s"),
     "GPUWATCH_KAFKA_PARTITIONS": ("kafka", "partitions"),
     "GPUWATCH_KAFKA_REPLICATION_FACTOR": ("kafka", "replication_factor"),
     "GPUWATCH_KAFKA_SECURITY_PROTOCOL": ("kafka", "security_protocol"),

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from gpuwatch import kafka
 from gpuwatch.run.memory import start_trimming, tune_collector
+from gpuwatch.run.progress import StallCollector, stuck, tracked
 from gpuwatch.run.worker import WorkerStartError, check_topics
 from schemas.settings import Settings
 from sinks.consumer import KafkaClient
@@ -30,6 +31,7 @@ from sinks.prometheus.metrics import MetricsServeError, WorkerMetrics, serve
 from sinks.redis.live_gpus import LiveGpus
 from sinks.redis.sink import RedisSink
 from sinks.redis.writer import RedisWriter
+from streams.core.progress import Stalls
 
 __all__ = [
     "KAFKA",
@@ -58,12 +60,14 @@ class SinkStartError(Exception):
     """The sink cannot start: Kafka away, the topics missing, its port taken."""
 
 
-def redis_writer(settings: Settings, *, redis_sink: RedisSink | None = None) -> RedisWriter:
-    """A Redis writer on kafka-python, with live GPU states of its own."""
+def redis_writer(
+    settings: Settings, *, redis_sink: RedisSink | None = None, kafka_client: KafkaClient = KAFKA
+) -> RedisWriter:
+    """A Redis writer on kafka-python (`kafka_client`), with live GPU states of its own."""
     rules = settings.rules
     own = {name: rules.of(name).idle_util_pct for name in rules.clusters}
     live = LiveGpus(rules.idle_util_pct, by_cluster=own)
-    return RedisWriter(settings, live, kafka=KAFKA, redis_sink=redis_sink)
+    return RedisWriter(settings, live, kafka=kafka_client, redis_sink=redis_sink)
 
 
 class SinkCollector(Collector):
@@ -118,9 +122,11 @@ class _Runner(Protocol):
 def run_redis(settings: Settings) -> int:
     """Write Redis until SIGTERM or SIGINT; 0 when stopped, 1 when the writer failed."""
     _check(settings)
-    writer = redis_writer(settings)
+    stalls = Stalls(settings.sink.stall_limit_s)
+    writer = redis_writer(settings, kafka_client=tracked(KAFKA, stalls))
     registry = CollectorRegistry()
     registry.register(SinkCollector(writer))
+    registry.register(StallCollector(stalls, PREFIX, "Redis sink"))
     log.info(
         "redis sink starting group=%s prefix=%s redis=%s metrics=%s:%d",
         writer.group,
@@ -130,7 +136,8 @@ def run_redis(settings: Settings) -> int:
         settings.sink.metrics_port,
     )
     try:
-        code = _serve_while_running(writer, registry, settings.sink.metrics_port, settings)
+        port = settings.sink.metrics_port
+        code = _serve_while_running(writer, registry, port, settings, stuck(stalls, "Redis sink"))
     finally:
         writer.stop()
     log.info(
@@ -145,8 +152,10 @@ def run_metrics(settings: Settings) -> int:
     _check(settings)
     registry = CollectorRegistry()
     metrics = WorkerMetrics(registry)
-    feed = MetricsFeed(settings, metrics, kafka=KAFKA)
+    stalls = Stalls(settings.sink.stall_limit_s)
+    feed = MetricsFeed(settings, metrics, kafka=tracked(KAFKA, stalls))
     registry.register(FeedCollector(feed))
+    registry.register(StallCollector(stalls, PREFIX, "metrics sink"))
     log.info(
         "metrics sink starting group=%s prefix=%s metrics=%s:%d",
         feed.group,
@@ -154,7 +163,8 @@ def run_metrics(settings: Settings) -> int:
         settings.metrics.bind,
         settings.sink.exporter_port,
     )
-    code = _serve_while_running(feed, registry, settings.sink.exporter_port, settings)
+    port = settings.sink.exporter_port
+    code = _serve_while_running(feed, registry, port, settings, stuck(stalls, "metrics sink"))
     log.info(
         "metrics sink stopped records=%d invalid=%d kafka_errors=%d",
         feed.records, feed.invalid, feed.kafka_errors,
@@ -205,11 +215,16 @@ def _check(settings: Settings) -> None:
 
 
 def _serve_while_running(
-    runner: _Runner, registry: CollectorRegistry, port: int, settings: Settings
+    runner: _Runner,
+    registry: CollectorRegistry,
+    port: int,
+    settings: Settings,
+    unlive: Callable[[], str | None],
 ) -> int:
-    """Serve /metrics and run `runner` in this thread until a signal stops it; the status."""
+    """Serve /metrics and /livez (503 while `unlive()` gives a reason) and run `runner` in
+    this thread until a signal stops it; the status."""
     try:
-        server, _ = serve(port, settings.metrics.bind, registry)
+        server, _ = serve(port, settings.metrics.bind, registry, unlive)
     except MetricsServeError as exc:
         raise SinkStartError(str(exc)) from exc
 

@@ -110,20 +110,27 @@ def run(settings: Settings, options: WorkerOptions | None = None, loglevel: str 
 
 
 def _run(settings: Settings, options: WorkerOptions, loglevel: str) -> int:
+    from gpuwatch.run.progress import StallCollector, stuck
     from gpuwatch.run.worker_sinks import WorkerSinks
     from sinks.prometheus.metrics import MetricsServeError, serve
+    from streams.core.progress import Stalls
     from streams.processors.outputs import Counters
 
     counters = Counters()
     if not settings.worker.sinks:
         return _execute(build(settings, options, None, counters), settings, loglevel)
     sinks = WorkerSinks(settings, counters)
+    # The stall of each partition held: /metrics shows it, /livez fails past the limit.
+    stalls = Stalls(settings.worker.stall_limit_s)
+    sinks.registry.register(StallCollector(stalls, "gpuwatch_worker_", "worker"))
     try:
-        server, _ = serve(settings.metrics.port, settings.metrics.bind, sinks.registry)
+        server, _ = serve(
+            settings.metrics.port, settings.metrics.bind, sinks.registry, stuck(stalls, "worker")
+        )
     except MetricsServeError as exc:
         raise WorkerStartError(str(exc)) from exc
     try:
-        runtime = build(settings, options, sinks, counters)
+        runtime = build(settings, options, sinks, counters, stalls)
         return _execute(runtime, settings, loglevel, metrics=True)
     finally:
         server.shutdown()

@@ -523,11 +523,24 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def serve(
-    port: int, bind: str = "127.0.0.1", registry: Collector = REGISTRY
+    port: int,
+    bind: str = "127.0.0.1",
+    registry: Collector = REGISTRY,
+    stuck: Callable[[], str | None] | None = None,
 ) -> tuple[WSGIServer, Thread]:
-    """Serve `exposition(registry)` on bind:port from a thread; stop: shutdown, server_close."""
+    """Serve `exposition(registry)` on bind:port from a thread; stop: shutdown, server_close.
+
+    /livez answers 200, or 503 with the reason while `stuck()` returns one (a process that
+    answers /metrics while its work has stopped: the liveness probe restarts it).
+    """
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") == "/livez":
+            reason = None if stuck is None else stuck()
+            status, body = ("200 OK", b"ok\n") if reason is None else _unlive(reason)
+            headers = [("Content-Type", "text/plain; charset=utf-8")]
+            start_response(status, [*headers, ("Content-Length", str(len(body)))])
+            return [body]
         body = exposition(registry)
         start_response(
             "200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))]
@@ -543,3 +556,7 @@ def serve(
     thread = Thread(target=server.serve_forever, name=f"metrics-{port}", daemon=True)
     thread.start()
     return server, thread
+
+
+def _unlive(reason: str) -> tuple[str, bytes]:
+    return "503 Service Unavailable", f"{reason}\n".encode()

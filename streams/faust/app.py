@@ -39,10 +39,12 @@ from schemas.topics import (
     SINK_TOPICS,
 )
 from streams.core.integrals import PriceBook
+from streams.core.progress import Stalls
 from streams.faust.batches import Batches
 from streams.faust.consumer import rewinding_consumer
 from streams.faust.inbox import Inbox, Inboxes
 from streams.faust.internals import committed_offset, use_consumer_class, use_fast_lz4
+from streams.faust.progress import ProgressWatch
 from streams.faust.tables import FaustTable
 from streams.faust.tick_timer import (
     OffsetProbe,
@@ -74,6 +76,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PRODUCER_BATCH_BYTES = 256 << 10  # under the broker's 1 MB message limit, with room
+PROGRESS_EVERY_S = 2.0  # stall limits are minutes; commits come every 2.8 s
 
 
 @dataclass(frozen=True)
@@ -245,11 +248,13 @@ def build(
     options: WorkerOptions | None = None,
     live: LiveHooks | None = None,
     counters: Counters | None = None,
+    stalls: Stalls | None = None,
 ) -> WorkerRuntime:
     """The worker's Faust app, ready for a Faust worker (nothing connects until it starts).
 
     With `live`, the processors hand every value they emit, each sample, and the firing
-    alerts of each partition's state as it is loaded, to the hooks.
+    alerts of each partition's state as it is loaded, to the hooks. With `stalls`, a timer
+    reads the progress of every partition the worker holds into it (`ProgressWatch`).
     """
     options = options or WorkerOptions()
     app = _app(settings, options)
@@ -338,6 +343,9 @@ def build(
             _agent_body(agent_loop, inboxes, inbox)
         )
     app.timer(settings.worker.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
+    if stalls is not None:
+        watch = ProgressWatch(app, probe, stalls, kafka.committed, inputs)
+        app.timer(PROGRESS_EVERY_S, name="gpuwatch-progress")(watch.check)
     _connect_app_signals(
         app, live, (node_loop, pod_loop), (node_table, pod_table), probe, inboxes=inboxes
     )
