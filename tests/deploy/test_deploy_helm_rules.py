@@ -313,7 +313,7 @@ def test_the_runbook_page_has_an_anchor_for_every_alert_and_is_up_to_date(helm: 
             "--set", f"prometheusRule.runbookBaseUrl={page}",
         )  # fmt: skip
         urls = [rule["annotations"]["runbook_url"] for rule in by_name(spec).values()]
-        assert len(urls) == 31
+        assert len(urls) == 33
         for url in urls:
             base, _, anchor = url.partition("#")
             assert base == page
@@ -351,7 +351,7 @@ def test_promtool_accepts_the_rendered_rules(
     path = write_rules(spec, tmp_path / "rules.yml")
     done = run_command(["promtool", "check", "rules", str(path)], timeout_s=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    count = 30 if values == "overrides" else 31  # GpuThrottled left out
+    count = 32 if values == "overrides" else 33  # GpuThrottled left out
     assert f"SUCCESS: {count} rules found" in done.stdout
 
 
@@ -374,7 +374,7 @@ def test_the_repositorys_promtool_tests_pass_on_the_rendered_default_rules(
         copies.append(write_rules(loaded, tmp_path / test.name))
     done = run_command(["promtool", "test", "rules", *map(str, copies)], timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("SUCCESS") == len(tests) == 10
+    assert done.stdout.count("SUCCESS") == len(tests) == 11
 
 
 def threshold_test(rules: Path, idle_alerts: bool, queued_alerts: bool) -> dict[str, Any]:
