@@ -1,6 +1,6 @@
 {{/*
 A component whose replicas share the partitions of one Kafka consumer group (the
-worker, the Redis sink, the metrics sink): its Deployment (spread over nodes, /metrics
+worker, the Redis sink, the metrics sink): its Deployment (spread over nodes, /metrics and /livez
 probed, no API token), its PodDisruptionBudget and the Service of its /metrics. Called
 with (dict
   "root" $  "component" name  "values" (the component's values)
@@ -97,9 +97,12 @@ spec:
               port: metrics
             periodSeconds: 5
             failureThreshold: {{ .startupFailures }}
+          # /livez fails while a partition it holds has records waiting and no progress
+          # past the stall limit (GPUWATCH_WORKER_STALL_LIMIT_S, GPUWATCH_SINK_STALL_LIMIT_S):
+          # a stuck process still answers /metrics.
           livenessProbe:
             httpGet:
-              path: /metrics
+              path: /livez
               port: metrics
             periodSeconds: 20
             timeoutSeconds: 10
