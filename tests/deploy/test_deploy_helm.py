@@ -174,8 +174,9 @@ def test_what_each_values_file_renders(
         "Service", "ServiceAccount", "ServiceAccount", "ServiceAccount", "ServiceAccount",
         "ServiceAccount",
     ]  # fmt: skip
-    # The embedded Kafka (a StatefulSet, its headless and client Services) and Redis.
-    embedded = ["StatefulSet", "Service", "Service", "Deployment", "Service"]
+    # The embedded Kafka (a StatefulSet, its headless and client Services) and Redis (with
+    # the Secret of its password).
+    embedded = ["StatefulSet", "Service", "Service", "Deployment", "Service", "Secret"]
     policies = ["NetworkPolicy"] * 7  # one per component, Kafka's and Redis's among them
     assert kinds(default) == sorted([*gpuwatch, *embedded, *policies, "Pod"])
     # Six components' policies (the topics hook's among them) and the test pod's own.
@@ -331,10 +332,9 @@ def test_only_the_sink_talks_to_redis(values: str, request: pytest.FixtureReques
     if values == "default":
         sink = one(objects, "Deployment", "sink-redis")["spec"]["template"]["spec"]
         (container,) = sink["containers"]
-        # The embedded Redis's Service.
-        assert (
-            env_of(container)["GPUWATCH_REDIS_URL"]["value"] == "redis://gw-gpuwatch-redis:6379/0"
-        )
+        # The embedded Redis's Service, with the password of its Secret.
+        url = env_of(container)["GPUWATCH_REDIS_URL"]["value"]
+        assert url == "redis://:$(REDIS_PASSWORD)@gw-gpuwatch-redis:6379/0"
 
 
 def test_the_redis_ca_is_mounted_on_the_sink_from_its_secret(tls: list[Object]) -> None:

@@ -199,7 +199,7 @@ def test_the_redis_sink_writes_the_embedded_redis(default: list[Object]) -> None
     assert labels_of(default, "Deployment", "redis").items() >= service["spec"]["selector"].items()
     sink = spec_of(default, "Deployment", "sink-redis")["containers"][0]
     url = env_of(sink)["GPUWATCH_REDIS_URL"]["value"]
-    assert url == f"redis://{service['metadata']['name']}:6379/0"
+    assert url == f"redis://:$(REDIS_PASSWORD)@{service['metadata']['name']}:6379/0"
     assert one(default, "Deployment", "redis")["spec"]["strategy"] == {"type": "Recreate"}
     assert container["args"][:3] == ["redis-server", "--dir", "/data"]
     assert container["args"][-2:] == ["--appendonly", "no"]

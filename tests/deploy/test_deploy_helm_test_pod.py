@@ -10,7 +10,6 @@ own code, and against what a broken release would show.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,17 +19,16 @@ from pathlib import Path
 import kubernetes_validate
 import msgspec
 import pytest
-from deploy_chart import CHART, Object, helm_path, render
+from deploy_chart import CHART, Object, helm_path, redis_server, render
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
-from support import free_port, reaped, run_command, wait_until
+from support import free_port, run_command
 
 from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RedisSettings
 from sinks.prometheus.collector import serve
 from sinks.prometheus.metrics import WorkerMetrics
-from sinks.redis.client import RedisConnectionError, connect
 from sinks.redis.plan import gpu_live_states
 from sinks.redis.sink import RedisSink
 
@@ -200,25 +198,8 @@ def served(registry: CollectorRegistry) -> Iterator[str]:
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """An empty redis-server of this test alone (the one the local stack runs, on a port
     of its own)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server installed (scripts/os-deps.sh installs it)")
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-            "no", "--dir", str(tmp_path)]  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    with reaped(process):
-        url = f"redis://127.0.0.1:{port}/0"
-        client = connect(url, timeout_s=1, connect_timeout_s=1, retries=0)
-        try:
-            wait_until(
-                client.ping, timeout_s=20, what="redis-server", not_yet=(RedisConnectionError,)
-            )
-        finally:
-            client.close()
-        yield url
-        process.terminate()
-        process.communicate(timeout=10)
+    with redis_server(["--save", "", "--appendonly", "no", "--dir", str(tmp_path)]) as port:
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 def written_by_the_sink(url: str) -> None:

@@ -189,15 +189,61 @@ and needs no prices.
 {{- end -}}
 {{- end -}}
 
-{{/* The Redis sink's Redis URL: from a Secret, or the plain value (gpuwatch.redisUrl). */}}
+{{/*
+The Secret holding the Redis password, "" when the chart passes none: with redis.auth.enabled,
+redis.auth.existingSecret, or else the chart's own "<fullname>-redis" for the embedded Redis
+(redis.yaml). An external Redis gets a password from redis.auth.existingSecret alone.
+*/}}
+{{- define "gpuwatch.redisPasswordSecret" -}}
+{{- $auth := .Values.redis.auth -}}
+{{- if $auth.enabled -}}
+{{- if $auth.existingSecret.name -}}
+{{- $auth.existingSecret.name -}}
+{{- else if .Values.redis.embedded.enabled -}}
+{{- include "gpuwatch.componentName" (dict "root" . "component" "redis") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The key of the password in gpuwatch.redisPasswordSecret. */}}
+{{- define "gpuwatch.redisPasswordKey" -}}
+{{- if .Values.redis.auth.existingSecret.name -}}
+{{- .Values.redis.auth.existingSecret.key -}}
+{{- else -}}password{{- end -}}
+{{- end -}}
+
+{{/* REDIS_PASSWORD from gpuwatch.redisPasswordSecret (an env list item). */}}
+{{- define "gpuwatch.redisPasswordEnv" -}}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "gpuwatch.redisPasswordSecret" . | quote }}
+      key: {{ include "gpuwatch.redisPasswordKey" . | quote }}
+{{- end -}}
+
+{{/*
+The Redis URL of every pod that talks to Redis (the Redis sink, the test pod): the whole
+URL from redis.existingSecret; or with a password (gpuwatch.redisPasswordSecret) the URL
+with ":$(REDIS_PASSWORD)@" put before its host, which the kubelet expands from the
+REDIS_PASSWORD before it, so the password is in no rendered manifest; or the plain URL.
+*/}}
 {{- define "gpuwatch.redisEnv" -}}
-- name: GPUWATCH_REDIS_URL
+{{- include "gpuwatch.redisEnvItems" . | trim -}}
+{{- end -}}
+
+{{- define "gpuwatch.redisEnvItems" -}}
 {{- if and (not .Values.redis.embedded.enabled) .Values.redis.existingSecret.name }}
+- name: GPUWATCH_REDIS_URL
   valueFrom:
     secretKeyRef:
       name: {{ .Values.redis.existingSecret.name | quote }}
       key: {{ .Values.redis.existingSecret.key | quote }}
+{{- else if include "gpuwatch.redisPasswordSecret" . }}
+{{ include "gpuwatch.redisPasswordEnv" . }}
+- name: GPUWATCH_REDIS_URL
+  value: {{ regexReplaceAll "^(rediss?://)" (include "gpuwatch.redisUrl" .) "${1}:$$(REDIS_PASSWORD)@" | quote }}
 {{- else }}
+- name: GPUWATCH_REDIS_URL
   value: {{ include "gpuwatch.redisUrl" . | quote }}
 {{- end }}
 {{- end -}}

@@ -85,6 +85,16 @@ to the code's.
 {{- end -}}
 {{- else if not (or $redis.url $redis.existingSecret.name) -}}
 {{- fail "redis.url or redis.existingSecret.name is required with redis.embedded.enabled=false" -}}
+{{- else if and $redis.auth.enabled $redis.auth.existingSecret.name -}}
+{{- if $redis.existingSecret.name -}}
+{{- fail "redis.auth.existingSecret and redis.existingSecret: one or the other (the URL of redis.existingSecret holds its password)" -}}
+{{- end -}}
+{{- if not (regexMatch "^rediss?://" $redis.url) -}}
+{{- fail "redis.auth.existingSecret puts its password into a redis:// or rediss:// redis.url; for a unix:// URL put the whole URL in redis.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $redis.auth.existingSecret.name (not $redis.auth.enabled) -}}
+{{- fail "redis.auth.existingSecret needs redis.auth.enabled" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
