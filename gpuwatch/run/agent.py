@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 Backend = Literal["nvml", "sim"]
 WORK_BUFFER_BYTES = 8 << 20  # records of units of work kept while Kafka is away: hours
+# SIGTERM to exit within the DaemonSet's 30 s grace period, whatever the broker does: each
+# publisher sends what it holds for at most this long, then closes (what is left is counted).
+STOP_SAMPLES_S = 10.0
+STOP_WORK_S = 5.0
 
 
 class AgentStartError(Exception):
@@ -142,9 +146,9 @@ class WorkUnitsFeed:
 
     def stop(self) -> None:
         """Stop scraping, flush what is buffered."""
-        self.thread.stop(timeout=10.0)
+        self.thread.stop(timeout=STOP_WORK_S)
         self.scraper.close()
-        self.publisher.stop(timeout_s=10.0)
+        self.publisher.stop(timeout_s=STOP_WORK_S)
 
 
 def run(settings: Settings, options: AgentOptions) -> int:
@@ -213,7 +217,7 @@ def run(settings: Settings, options: AgentOptions) -> int:
             timer.cancel()
         if work is not None:
             work.stop()
-        publisher.stop(timeout_s=10.0)
+        publisher.stop(timeout_s=STOP_SAMPLES_S)
         reader.close()
         close = getattr(allocations, "close", None)
         if callable(close):
@@ -224,11 +228,14 @@ def run(settings: Settings, options: AgentOptions) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log.info(
-        "node agent stopped node=%s samples=%d sent=%d dropped=%d lost=%d",
+        "node agent stopped node=%s samples=%d sent=%d dropped=%d lost=%d undelivered=%d "
+        "retried=%d",
         node,
         agent.stats.ticks,
         publisher.stats.sent,
         publisher.outbox.dropped,
         publisher.stats.failed,
+        publisher.stats.undelivered,
+        publisher.stats.retried,
     )
     return 0

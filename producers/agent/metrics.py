@@ -48,10 +48,17 @@ class AgentCollector(Collector):
             "read_errors": ("Device reads that failed", stats.read_errors),
             "sent": ("Samples acknowledged by Kafka", pub.stats.sent),
             "dropped": ("Samples dropped, oldest first, from a full buffer", pub.outbox.dropped),
-            "lost": ("Samples given up after the delivery timeout", pub.stats.failed),
+            "lost": ("Samples refused for good by Kafka (too large, invalid)", pub.stats.failed),
+            "retried": (
+                "Samples sent again after the Kafka client gave them up (broker away)",
+                pub.stats.retried,
+            ),
         }
         gauges = {
-            "buffer_bytes": ("Bytes waiting for Kafka", pub.outbox.size_bytes),
+            "buffer_bytes": (
+                "Bytes not yet acknowledged by Kafka (waiting and in flight)",
+                pub.outbox.size_bytes,
+            ),
             "in_flight_bytes": (
                 "Bytes handed to the Kafka client, not yet acknowledged",
                 pub.in_flight_bytes,

@@ -29,9 +29,19 @@ class _Shared:
     def __init__(self, sender: MessageSender) -> None:
         self._sender = sender
 
+    @property
+    def delivery_timeout_s(self) -> float:
+        """The common client's."""
+        return self._sender.delivery_timeout_s
+
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         """Hand one message to the common client."""
         self._sender.send(key, value, done)
+
+    def abandon(self) -> None:
+        """Abandon the common client: every node's messages in flight are sent again (each
+        node's publisher gets them back `Abandoned`, and abandons nothing more)."""
+        self._sender.abandon()
 
     def flush(self, timeout_s: float) -> None:
         """Wait for the common client's acknowledgements."""
@@ -43,7 +53,11 @@ class _Shared:
 
 class NodePublishers:
     """A Publisher per node over one sender, driven by one thread: `publish_for(node)` is the
-    publish function of that node's agent."""
+    publish function of that node's agent.
+
+    A node whose client gave messages up abandons the common client; the other nodes get
+    theirs back too and send them again through the fresh one, each in its order.
+    """
 
     def __init__(self, sender: MessageSender, max_buffer_bytes: int) -> None:
         self._sender = sender
@@ -112,7 +126,7 @@ class NodePublishers:
                 log.exception("sender step failed node=%s", node)
             if publisher.stats.blocked != blocked:
                 return Publisher.RETRY_S
-            if len(publisher.outbox):
+            if publisher.outbox.waiting:
                 pending = True
         return BUSY_WAIT_S if pending else None
 
@@ -133,6 +147,6 @@ class NodePublishers:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(max(0.1, deadline - time.monotonic()))
-        for publisher in self.by_node.values():
-            publisher.stop(timeout_s=0.0)  # logs what it could not send
         self._sender.close(max(0.1, deadline - time.monotonic()))
+        for publisher in self.by_node.values():
+            publisher.stop(timeout_s=0.0)  # counts and logs what was not acknowledged

@@ -33,13 +33,19 @@ def keys(sent: Sequence[tuple[bytes, bytes] | Entry]) -> list[int]:
 class AckingSender:
     """Acknowledges every message inside `send`, as a client with a broker next door might."""
 
+    delivery_timeout_s = 600.0
+
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, bytes]] = []
         self.closed_with: float | None = None
+        self.abandoned = 0
 
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         self.sent.append((key, value))
         done(None)
+
+    def abandon(self) -> None:
+        self.abandoned += 1
 
     def flush(self, timeout_s: float) -> None:
         return None
@@ -71,12 +77,18 @@ class SharedSender:
     refuse: bool = False
     got: list[tuple[bytes, bytes]] = field(default_factory=list)
     closed: int = 0
+    abandoned: int = 0
+    delivery_timeout_s: float = 600.0
 
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         if self.refuse:
             raise SendBlocked("no broker")
         self.got.append((key, value))
         done(None)
+
+    def abandon(self) -> None:
+        """Nothing is held; counted."""
+        self.abandoned += 1
 
     def flush(self, timeout_s: float) -> None:
         """Nothing is held."""

@@ -36,7 +36,10 @@ def test_two_producers_and_one_consumer_lose_nothing_unaccounted() -> None:
     def consume() -> None:
         start.wait()
         while not producers_done.is_set() or len(box):
-            taken.extend(box.take(30))
+            batch = box.take(30)
+            for e in batch:
+                box.ack(e)
+            taken.extend(batch)
 
     threads = [
         threading.Thread(target=produce, args=(0,)),

@@ -33,12 +33,17 @@ Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 class Acks:
     """A MessageSender that acknowledges at once and counts what it got."""
 
+    delivery_timeout_s = 600.0
+
     def __init__(self) -> None:
         self.sent = 0
 
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         self.sent += 1
         done(None)
+
+    def abandon(self) -> None:
+        """Nothing is held."""
 
     def flush(self, timeout_s: float) -> None:
         """Nothing is held."""

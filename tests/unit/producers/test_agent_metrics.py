@@ -8,15 +8,20 @@ from support.empty_node import empty_node_agent
 
 from producers.agent.metrics import AgentCollector
 from producers.agent.outbox import Entry
-from producers.agent.publisher import Done, Publisher
+from producers.agent.publisher import Done, Publisher, Rejected
 
 
 class HoldingSender:
+    delivery_timeout_s = 600.0
+
     def __init__(self) -> None:
         self.pending: list[Done] = []
 
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         self.pending.append(done)
+
+    def abandon(self) -> None:
+        return None
 
     def flush(self, timeout_s: float) -> None:
         return None
@@ -38,7 +43,10 @@ def scrape(registry: CollectorRegistry) -> dict[str, tuple[str, dict[str, str], 
 
 def test_the_collector_reports_each_figure_with_the_node_label() -> None:
     sender = HoldingSender()
-    publisher = Publisher(sender, max_buffer_bytes=1000)
+    agent = empty_node_agent("gpu-node-17", lambda key, value: None)
+    agent.tick()
+    size = len(b"gpu-node-17") + agent.stats.last_sample_bytes  # an outbox entry: key + value
+    publisher = Publisher(sender, max_buffer_bytes=1000 + size)
     agent = empty_node_agent("gpu-node-17", publisher.publish)
     for _ in range(3):
         agent.tick()
@@ -46,11 +54,13 @@ def test_the_collector_reports_each_figure_with_the_node_label() -> None:
     agent.stats.read_errors = 5
     agent.stats.last_read_s = 0.125
     agent.stats.gpus = 8
-    size = len(b"gpu-node-17") + agent.stats.last_sample_bytes  # an outbox entry: key + value
     assert publisher.step() == 3  # all three handed over, none acknowledged yet
     sender.pending[0](None)
-    sender.pending[1](RuntimeError("delivery timeout"))
-    for _ in range(3):  # three of 400 bytes in a 1000-byte buffer: the first is dropped
+    sender.pending[1](Rejected("too large"))
+    sender.pending[2](TimeoutError("delivery timeout"))
+    assert publisher.step() == 1  # the third, sent again
+    # Three of 400 bytes next to the one in flight: the first of them is dropped.
+    for _ in range(3):
         publisher.outbox.put(Entry(b"k", b"v" * 399))
 
     registry = CollectorRegistry()
@@ -65,7 +75,8 @@ def test_the_collector_reports_each_figure_with_the_node_label() -> None:
         "gpuwatch_agent_sent_total": ("counter", node, 1.0),
         "gpuwatch_agent_dropped_total": ("counter", node, 1.0),
         "gpuwatch_agent_lost_total": ("counter", node, 1.0),
-        "gpuwatch_agent_buffer_bytes": ("gauge", node, 800.0),
+        "gpuwatch_agent_retried_total": ("counter", node, 1.0),
+        "gpuwatch_agent_buffer_bytes": ("gauge", node, 800.0 + size),
         "gpuwatch_agent_in_flight_bytes": ("gauge", node, float(size)),
         "gpuwatch_agent_read_seconds": ("gauge", node, 0.125),
         "gpuwatch_agent_gpus": ("gauge", node, 8.0),
