@@ -8,6 +8,7 @@ pod's attribution adds up to its samples, and the derived records by identity.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -15,8 +16,9 @@ from typing import Any
 
 from histories import History, long_history
 from kafka import TopicPartition
+from support import WaitTimeoutError, wait_until
 from topic_io import consume_all
-from worker_fixtures import Message, Worker, wait_for
+from worker_fixtures import Message, Worker
 
 from gpuwatch import kafka
 from schemas import ALERTS, ATTRIBUTION, GPU_WINDOWS, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE
@@ -143,9 +145,10 @@ def mismatches(
 def complete(settings: Settings, history: History, worker: Worker) -> dict[str, Any]:
     """Wait until every pod's attribution adds up to its samples; the records then.
 
-    On failure the message says which it was: a timeout (the worker still had input to read
-    or was still writing) or a loss (nothing left to read, nothing moving), with the
-    worker's counters and every copy of the short pods' windows (`diagnosis`)."""
+    On failure the message says which it was: a timeout (input left past the worker's
+    commits; the worker's stacks, logged on SIGUSR1, say what it waited in) or a loss (all
+    input read), with the worker's counters and every copy of the short pods' windows
+    (`diagnosis`)."""
     want = history.expected()
     last: list[str] = []
 
@@ -153,17 +156,27 @@ def complete(settings: Settings, history: History, worker: Worker) -> dict[str, 
         last[:] = mismatches(totals(settings), want)
         return not last
 
+    def added_up_or_exited() -> bool:
+        return added_up() or worker.process.poll() is not None
+
     try:
-        wait_for("every pod's attribution to add up to its samples", added_up, worker, DONE_S)
-    except BaseException as exc:
+        wait_until(added_up_or_exited, timeout_s=DONE_S, what="pods adding up", interval_s=0.2)
+    except WaitTimeoutError:
+        # What each of its tasks and threads waits in, logged by Faust (mode) on SIGUSR1.
+        worker.process.send_signal(signal.SIGUSR1)
+        time.sleep(STACKS_S)
+    if last:
+        exited = worker.process.poll()
         short = [line.split(":", 1)[0] for line in last]
         detail = diagnosis(settings, history, worker, short)
-        raise AssertionError(f"{len(last)} pods do not add up: {last[:10]}\n{detail}") from exc
+        what = "pods do not add up" if exited is None else f"pods short, the worker exited {exited}"
+        raise AssertionError(f"{len(last)} {what}: {last[:10]}\n{detail}")
     return records(settings)
 
 
 INPUTS = (K8S_PODS, NVML_SAMPLES)
 SHOWN_PODS = 5
+STACKS_S = 2.0  # for the worker to log its stacks
 
 
 def input_lag(settings: Settings) -> dict[str, int]:
@@ -231,5 +244,7 @@ def diagnosis(settings: Settings, history: History, worker: Worker, short: list[
         lines.append(f"(diagnosis failed: {exc!r})")
     found = [line for line in log.splitlines() if "worker stopped" in line]
     lines.append(f"worker: {found[-1] if found else 'no stop line'}; log tail:")
-    lines.extend(log.splitlines()[-20:])
+    tail = log.splitlines()
+    start = next((i for i, line in enumerate(tail) if line.startswith("THREAD ")), None)
+    lines.extend(tail[-20:] if start is None else tail[start - 20 :])  # the stacks whole
     return "\n".join(lines)

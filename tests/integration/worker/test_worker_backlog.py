@@ -53,8 +53,23 @@ def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     for topic, expected in want.items():
         assert sorted(got[topic]) == sorted(expected), topic
         for identity, copies in got[topic].items():
-            assert set(copies) == set(expected[identity]), (topic, identity)
+            assert set(copies) == set(expected[identity]), (
+                topic,
+                identity,
+                differ(copies, expected[identity]),
+            )
             assert len(set(copies)) == 1, (topic, identity)
+
+
+def differ(got: list[str], want: list[str]) -> list[dict[str, Any]]:
+    """Per copy not in `want`, the fields where it differs from `want`'s first copy."""
+    base = json.loads(want[0])
+    out = []
+    for copy in sorted(set(got) - set(want)):
+        value = json.loads(copy)
+        keys = sorted(set(value) | set(base))
+        out.append({k: (value.get(k), base.get(k)) for k in keys if value.get(k) != base.get(k)})
+    return out
 
 
 @pytest.fixture(scope="module")
