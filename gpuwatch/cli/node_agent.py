@@ -31,9 +31,10 @@ def add_parser(verbs: Any) -> None:
         "the API server once one is listed, GPUWATCH_DRA_DRIVERS), and publish one "
         "gpuwatch.nvml.sample/v1 message per tick to the nvml.samples topic, naming the "
         "cluster (--cluster, GPUWATCH_CLUSTER). Sampling "
-        "never waits for Kafka: samples wait in a bounded buffer (oldest dropped first, "
-        "counted) while the broker is away. Self-metrics on GPUWATCH_AGENT_METRICS_PORT "
-        "(default 9481). SIGTERM flushes and exits.",
+        "never waits for Kafka: samples stay in a bounded buffer until the broker "
+        "acknowledges them, however long it is away (when full, the oldest are dropped "
+        "first, counted). Self-metrics on GPUWATCH_AGENT_METRICS_PORT (default 9481). "
+        "SIGTERM flushes for up to 10 s and exits.",
     )
     agent.add_argument(
         "--backend",
