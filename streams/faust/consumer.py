@@ -56,9 +56,6 @@ class ReadOffsets(dict[Any, "int | None"]):
         return super().pop(tp, *default)
 
 
-SPACE_WAIT_S = 0.5  # a full inbox is looked at again at least this often (a stop)
-
-
 def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | None = None) -> Any:
     """Faust's consumer, rewinding never-committed input partitions when it seeks back.
 
@@ -103,10 +100,6 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
                 await super()._drain_messages(fetcher)
                 return
 
-            def backlogged() -> Any:
-                full = inboxes.full()
-                return None if full is None else full.space(SPACE_WAIT_S)
-
-            await drain_messages(self, fetcher, inboxes.deliver, backlogged)
+            await drain_messages(self, fetcher, inboxes.deliver, inboxes.hold)
 
     return RewindingConsumer

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from typing import Any
 
 from streams.runtime.agent_loop import BATCH_MAX
@@ -39,6 +39,9 @@ __all__ = ["INBOX_LIMIT", "Inbox", "Inboxes"]
 INBOX_LIMIT = 2 * BATCH_MAX
 """Records waiting for one agent: a batch being taken and the next one fetched (Faust's
 stream buffer held 4,096: 23 MB of node samples, most of it never needed)."""
+
+
+SPACE_WAIT_S = 0.5  # a full inbox is looked at again at least this often (a stop)
 
 
 class Inbox:
@@ -137,6 +140,20 @@ class Inboxes:
             if inbox.full:
                 return inbox
         return None
+
+    def hold(self, message: Any) -> Awaitable[None] | None:
+        """What the fetch loop awaits before it hands `message` on: a full inbox's space
+        (at most `SPACE_WAIT_S`, then it looks again), or None to hand it on now.
+
+        Only records the agents take wait. Another topic's record goes to Faust's conductor:
+        a changelog's, read by Faust's table recovery after a rebalance. Holding that one
+        behind a full inbox can hold the recovery for good (the agents wait for it before
+        they take more), and Faust then logs "No event received for active tp ... since
+        recovery start"."""
+        if message.topic not in self.by_topic:
+            return None
+        full = self.full()
+        return None if full is None else full.space(SPACE_WAIT_S)
 
     def clear(self) -> None:
         """Forget every record not taken yet (partitions revoked)."""

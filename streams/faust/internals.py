@@ -56,8 +56,10 @@ def committed_offset(consumer: Any, topic: str, partition: int) -> int | None:
 
 Deliver = Callable[[Any], bool]
 """Take a fetched record (True), or leave it to Faust's conductor (False); never waits."""
-Backlogged = Callable[[], Awaitable[None] | None]
-"""None when the agents can take more records, else something to await before they can."""
+Backlogged = Callable[[Any], Awaitable[None] | None]
+"""For a fetched record: None when it can be handed on now, else something to await first
+(an agent's inbox full). A record no agent takes (a changelog's, read by Faust's table
+recovery) is never held: the agents may wait for that recovery to empty their inboxes."""
 
 YIELD_EVERY = 100  # records delivered between two returns to the event loop (Faust's)
 
@@ -75,7 +77,8 @@ async def drain_messages(
     in the offsets of an acknowledged topic recorded for the commit (`_add_gap`), a commit
     every `_commit_every` acknowledgements, the fetching flag of Faust's diagnostics; a
     record `deliver` leaves goes to the conductor as Faust sends it. Before each record the
-    loop waits while `backlogged` says so (an agent's inbox full).
+    loop waits while `backlogged` says so for it (an agent's inbox full, for a record of the
+    agents' topics).
     """
     callback = consumer.callback
     consumer_should_stop = consumer._stopped.is_set
@@ -108,10 +111,10 @@ async def drain_messages(
                 if commit_every is not None and consumer._n_acked >= commit_every:
                     consumer._n_acked = 0
                     await consumer.commit()
-                wait = backlogged()
+                wait = backlogged(message)
                 while wait is not None and not consumer_should_stop():
                     await wait
-                    wait = backlogged()
+                    wait = backlogged(message)
                 if not deliver(message):
                     await consumer.wait_first(callback(message), consumer.suspend_flow.wait())
                 set_read_offset(tp, offset)

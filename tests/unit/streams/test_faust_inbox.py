@@ -262,7 +262,7 @@ def test_the_fetch_loop_delivers_agent_records_and_conducts_the_others() -> None
             delivered.append(record.offset)
             return True
 
-        def backlogged() -> Any:
+        def backlogged(record: Any) -> Any:
             if len(delivered) == 2 and len(waits) < 2:
                 waits.append(len(delivered))
                 return asyncio.sleep(0)
@@ -275,6 +275,33 @@ def test_the_fetch_loop_delivers_agent_records_and_conducts_the_others() -> None
         assert consumer._read_offset[TP("samples", 0)] == 4
         assert consumer.gaps == [(TP("samples", 0), 2, 4)]
         assert waits == [2, 2]  # waited twice before the record after the second
+
+    asyncio.run(scenario())
+
+
+def test_a_changelog_record_is_handed_to_faust_while_an_inbox_stays_full() -> None:
+    """Faust's table recovery reads the changelogs through the same fetch loop. A changelog
+    record held behind a full inbox whose agent waits for that recovery held both for good
+    ("No event received for active tp ... since recovery start")."""
+
+    async def scenario() -> None:
+        app = fake_app()
+        inboxes, node, _ = two_inboxes(app)
+        for offset in range(node.limit):
+            inboxes.deliver(message("samples", offset))
+        assert node.full  # and nobody takes from it
+        held = inboxes.hold(message("samples", 99))
+        assert held is not None
+        await held  # the space waited for, at most SPACE_WAIT_S: still full
+        assert node.full
+        assert inboxes.hold(message("a-changelog", 0)) is None
+        fetcher = SimpleNamespace(_stopped=asyncio.Event())
+        changelog = [message("a-changelog", o) for o in range(3)]
+        consumer = FakeFetchingConsumer([changelog], fetcher)
+        await asyncio.wait_for(
+            drain_messages(consumer, fetcher, inboxes.deliver, inboxes.hold), 5.0
+        )
+        assert consumer.conducted == [0, 1, 2]
 
     asyncio.run(scenario())
 
