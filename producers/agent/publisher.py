@@ -224,14 +224,16 @@ class Publisher:
                 self.outbox.in_flight > len(self._given_up)
                 and now - self._progress_at > self._sender.delivery_timeout_s
             )
-            abandon, self._abandon = self._abandon or stalled, False
-            if abandon:
+            reason = "given_up" if self._abandon else "no_ack_in_time" if stalled else None
+            self._abandon = False
+            if reason is not None:
                 self._progress_at = now
-        if abandon:
+        if reason is not None:
             self.stats.abandoned += 1
             log.warning(
-                "kafka did not acknowledge in time, sending again through a fresh client "
-                "in_flight=%d waiting=%d",
+                "kafka client abandoned, what it held goes again through a fresh one "
+                "reason=%s in_flight=%d waiting=%d",
+                reason,
                 self.outbox.in_flight,
                 self.outbox.waiting,
             )
