@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.empty_node import empty_node_agent
 
+from gpuwatch.run.progress import StallCollector
 from gpuwatch.run.sink import KAFKA, FeedCollector, SinkCollector, redis_writer
 from producers.agent.metrics import AgentCollector
 from producers.agent.publisher import Done, Publisher
@@ -33,6 +34,7 @@ from schemas.settings import Settings, WatcherSettings
 from sinks.prometheus.collector import exposition
 from sinks.prometheus.feed import MetricsFeed
 from sinks.prometheus.metrics import WorkerMetrics
+from streams.core.progress import Stalls
 
 Exported = dict[str, frozenset[str]]
 """Sample name (counters with `_total`) -> the label names its series carry."""
@@ -113,8 +115,13 @@ def worker_exposition(cluster: str | None = None) -> Exported:
 
 
 class _NoSender:
+    delivery_timeout_s = 600.0
+
     def send(self, key: bytes, value: bytes, done: Done) -> None:
         done(None)
+
+    def abandon(self) -> None:
+        return None
 
     def flush(self, timeout_s: float) -> None:
         return None
@@ -185,6 +192,16 @@ def watcher_exposition() -> Exported:
     return _read(generate_latest(watcher_registry()).decode())
 
 
+def stall_exposition() -> Exported:
+    """The stall gauges of a worker and of a sink holding a partition (gpuwatch/run/progress.py)."""
+    registry = CollectorRegistry()
+    for prefix, what in (("gpuwatch_worker_", "worker"), ("gpuwatch_sink_", "sink")):
+        stalls = Stalls(300.0)
+        stalls.hold([("gpuwatch.nvml.samples", 0)])
+        registry.register(StallCollector(stalls, prefix, what))
+    return _read(generate_latest(registry).decode())
+
+
 def _ignore(_: Any) -> None:
     return None
 
@@ -195,7 +212,7 @@ def gpuwatch_exposition() -> Exported:
     merged: dict[str, frozenset[str]] = {}
     # A named cluster's series have the `cluster` label the default cluster's leave out.
     parts = [worker_exposition(), worker_exposition("east"), agent_exposition()]
-    parts += [watcher_exposition()]
+    parts += [watcher_exposition(), stall_exposition()]
     parts += [_read(generate_latest(registry).decode()) for registry in sinks]
     for part in parts:
         for name, labels in part.items():
