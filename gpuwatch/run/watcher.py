@@ -28,7 +28,7 @@ from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS
 log = logging.getLogger(__name__)
 
 BUFFER_BYTES = 64 << 20  # per topic; ~40,000 pod messages: hours of a busy cluster's churn
-DELIVERY_TIMEOUT_S = 600.0  # what the Kafka client retries before a message counts as lost
+DELIVERY_TIMEOUT_S = 600.0  # unanswered this long, a message is sent again (new client)
 
 T = TypeVar("T", bound=msgspec.Struct)
 

@@ -88,7 +88,9 @@ class WatcherCollector(Collector):
             PREFIX + "dropped", "Messages dropped from a full buffer", labels=["topic"]
         )
         lost = CounterMetricFamily(
-            PREFIX + "lost", "Messages given up after the delivery timeout", labels=["topic"]
+            PREFIX + "lost",
+            "Messages Kafka refused for good (too large, invalid)",
+            labels=["topic"],
         )
         buffered = GaugeMetricFamily(
             PREFIX + "buffer_bytes", "Bytes waiting for Kafka", labels=["topic"]
