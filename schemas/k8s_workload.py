@@ -97,6 +97,15 @@ class K8sWorkload(Value, frozen=True, kw_only=True, omit_defaults=True):
         EpochMs | None, msgspec.Meta(description="Finished=True transition time")
     ]
     cluster: Cluster = DEFAULT_CLUSTER
+    final_state_unknown: Annotated[
+        bool,
+        msgspec.Meta(
+            description="on a DELETED: the watcher did not see the deletion (it found the "
+            "workload gone from a relist, e.g. after a restart), so the value is the last "
+            "state it knew and `ts` the relist's time (client-go's DeletedFinalStateUnknown); "
+            "absent: false (added within v1)"
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
         keep_default_cluster(self)

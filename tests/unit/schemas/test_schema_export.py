@@ -85,6 +85,8 @@ WORK = {
     "cost_per_unit": "gpuwatch.attribution/v1",
 }
 REVISED = {"gpuwatch.attribution/v1", "gpuwatch.gpu.window/v1"}
+UNSEEN_DELETIONS = {"gpuwatch.k8s.pod/v1", "gpuwatch.k8s.workload/v1"}
+"""The watched objects a relist can find deleted unseen (`final_state_unknown`)."""
 
 
 @pytest.mark.parametrize("spec", ALL_TOPICS, ids=lambda s: s.name)
@@ -96,13 +98,16 @@ def test_every_object_is_documented_and_all_fields_required(spec: TopicSpec[Any]
         # within v1: `cluster`, whose absence means the default cluster, a GPU's health
         # readings, a pod's GPU models and an allocation's claim, whose absence means null,
         # the units of work, whose absence means none, a window's revision, whose
-        # absence means the first copy, and a pod's final_state_unknown, whose absence
-        # means false.
+        # absence means the first copy, and a pod's or a workload's final_state_unknown,
+        # whose absence means false.
         optional = set(obj["properties"]) - set(obj["required"])
         assert optional <= {
             "cluster", "gpu_products", "claim", "controller_uid", "scheduling_gates", *HEALTH,
             *WORK, "revision", "final_state_unknown",
         }, obj["title"]  # fmt: skip
+        if "final_state_unknown" in optional:
+            assert obj["title"] in UNSEEN_DELETIONS, obj["title"]
+            assert obj["properties"]["final_state_unknown"]["default"] is False
         if "revision" in optional:
             assert obj["title"] in REVISED, obj["title"]
             assert obj["properties"]["revision"]["default"] == 0
