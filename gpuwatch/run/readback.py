@@ -1,4 +1,5 @@
-"""Reads back what `k8s.pods` / `k8s.nodes` hold, for a restarted watcher (producers.k8s.recall).
+"""Reads back what `k8s.pods` / `k8s.nodes` / `k8s.workloads` hold, for a restarted watcher
+(producers.k8s.recall).
 
 How far back, bounded: the watcher re-sends every live object on its first list and every
 `full_resync_s` after (a 410's relist does not restart that period), and the periodic one is
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
@@ -29,17 +29,18 @@ import msgspec
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Progress, RangeReader, ReadError
 from gpuwatch.replay.story import TimeRange
-from producers.k8s.recall import RecallFailed
+from producers.k8s.recall import Recall, RecallFailed
 from schemas.codec import TopicSpec
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 from schemas.settings import KafkaSettings
 
-__all__ = ["READBACK_SLACK_S", "read_back", "reader_of", "window_ms"]
+__all__ = ["READBACK_SLACK_S", "read_back", "recall_of", "window_ms"]
 
 log = logging.getLogger(__name__)
 
-V = TypeVar("V", K8sPod, K8sNode)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
 
 READBACK_SLACK_S = 3600.0  # a paginated list of a large cluster and its flush take minutes
 END_MS = 2**62  # no end: read to the end offsets
@@ -109,8 +110,9 @@ def read_back(
     return values
 
 
-def reader_of(
+def recall_of(
     kafka: KafkaSettings, spec: TopicSpec[V], cluster: str, window: int | None
-) -> Callable[[], list[V]]:
-    """`read_back` of one topic, as `producers.k8s.recall.Recall` calls it."""
-    return lambda: read_back(kafka, spec, cluster, window)
+) -> Recall[V]:
+    """The read-back of one topic for the watches that publish to it, done on first use
+    (`producers.k8s.recall.Recall` over `read_back`)."""
+    return Recall(lambda: read_back(kafka, spec, cluster, window), spec.key_of, cluster)

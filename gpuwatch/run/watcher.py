@@ -13,11 +13,10 @@ from typing import Any, TypeVar
 import msgspec
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gpuwatch.run.readback import reader_of, window_ms
+from gpuwatch.run.readback import recall_of, window_ms
 from producers.agent.publisher import Publisher
 from producers.k8s.client import K8sConfigError, KubernetesApi, connect
 from producers.k8s.metrics import WatcherCollector
-from producers.k8s.recall import Recall
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import FULL_RESYNC_S
 from producers.kafka import KafkaSender
@@ -66,9 +65,10 @@ def _emitter(publisher: Publisher, spec: TopicSpec[T]) -> Callable[[T], None]:
 class WatcherService:
     """The running watcher: API client, watches, publishers and /metrics together.
 
-    Before its first lists it reads back what `k8s.pods` and `k8s.nodes` hold (a bounded
-    read, gpuwatch.run.readback), so that what changed while it was down is published,
-    deletions included (`final_state_unknown`), and what Kafka never got is sent again.
+    Before its first lists it reads back what `k8s.pods`, `k8s.nodes` and `k8s.workloads`
+    hold (a bounded read, gpuwatch.run.readback), so that what changed while it was down is
+    published, deletions included (`final_state_unknown`), and what Kafka never got is sent
+    again. The workloads' topic is read only once Kueue is found served.
     """
 
     def __init__(self, settings: Settings, api: KubernetesApi) -> None:
@@ -89,12 +89,9 @@ class WatcherService:
             emit_workload=_emitter(self.publishers[K8S_WORKLOADS.name], K8S_WORKLOADS),
             cluster=cluster,
             full_resync_s=FULL_RESYNC_S,
-            recall_pods=Recall(
-                reader_of(settings.kafka, K8S_PODS, cluster, window), K8S_PODS.key_of, cluster
-            ),
-            recall_nodes=Recall(
-                reader_of(settings.kafka, K8S_NODES, cluster, window), K8S_NODES.key_of, cluster
-            ),
+            recall_pods=recall_of(settings.kafka, K8S_PODS, cluster, window),
+            recall_nodes=recall_of(settings.kafka, K8S_NODES, cluster, window),
+            recall_workloads=recall_of(settings.kafka, K8S_WORKLOADS, cluster, window),
         )
         self.registry = CollectorRegistry()
         self.registry.register(

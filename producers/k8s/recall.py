@@ -1,8 +1,9 @@
 """What consumers last saw of the watched objects, read back from the watcher's own topics.
 
 A watcher keeps what it published in memory only (it runs without a volume), so a
-restarted one would know nothing of the pods it had published: one deleted while it was
-down (or whose DELETED never reached Kafka) would stay live downstream for ever. Before
+restarted one would know nothing of the pods (nodes, Kueue workloads) it had published: one
+deleted while it was down (or whose DELETED never reached Kafka) would stay live downstream
+for ever. Before
 its first list, each watch is seeded with the newest value Kafka holds of every key whose
 newest value is not a DELETED; the first list is then a relist against it
 (`resync.relist`): a key Kafka shows live that the list lacks goes out as DELETED with
@@ -24,12 +25,13 @@ from typing import Generic, TypeVar
 
 from schemas.k8s_node import K8sNode
 from schemas.k8s_pod import K8sPod
+from schemas.k8s_workload import K8sWorkload
 
 __all__ = ["Recall", "RecallFailed", "newest_live"]
 
 log = logging.getLogger(__name__)
 
-V = TypeVar("V", K8sPod, K8sNode)
+V = TypeVar("V", K8sPod, K8sNode, K8sWorkload)
 
 
 class RecallFailed(Exception):  # noqa: N818 - a condition to retry, not an error

@@ -152,9 +152,9 @@ def relist(
 
 def unseen_deletion(last: V, now_ms: int) -> V:
     """The DELETED of an object a list no longer holds: its last value, at the list's time
-    (never before that value), a pod's marked `final_state_unknown` (client-go's
-    DeletedFinalStateUnknown: how it ended was not seen)."""
+    (never before that value), a pod's or a workload's marked `final_state_unknown`
+    (client-go's DeletedFinalStateUnknown: how it ended was not seen)."""
     ts = max(now_ms, last.ts)
-    if isinstance(last, K8sPod):
+    if isinstance(last, K8sPod | K8sWorkload):
         return msgspec.structs.replace(last, type="DELETED", ts=ts, final_state_unknown=True)
     return msgspec.structs.replace(last, type="DELETED", ts=ts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from producers.k8s.api import ApiError, Collection, KubeApi
 from producers.k8s.claims import ClaimLookup, ClaimRequests
@@ -28,6 +28,9 @@ from schemas.k8s_workload import K8sWorkload
 from schemas.settings import WatcherSettings
 
 log = logging.getLogger(__name__)
+
+N = TypeVar("N", K8sPod, K8sWorkload)
+"""A namespaced kind whose watches are one per namespace."""
 
 KUEUE_RECHECK_S = 300.0
 """How often the API is asked again whether it serves Kueue, while it does not."""
@@ -105,16 +108,13 @@ class OptionalWatches:
     def run(self, stop: threading.Event) -> None:
         """Look for the group until it is there, then run its watches until `stop`."""
         while not stop.is_set():
-            version = self._find()
-            if version is not None:
+            watches = self.look()
+            if watches is not None:
                 break
             stop.wait(self._recheck_s)
         else:
             return
-        self.version = version
-        log.info("%s watched version=%s/%s", self._what, self._group, version)
-        for watch in self._make(version):
-            self._added(watch)
+        for watch in watches:
             thread = threading.Thread(
                 target=watch.run, args=(stop,), name=f"gpuwatch-watch-{watch.collection}"
             )
@@ -122,6 +122,19 @@ class OptionalWatches:
             self._threads.append(thread)
         for thread in self._threads:
             thread.join()
+
+    def look(self) -> list[Watch[Any, Any]] | None:
+        """Ask once whether the group is served; when it is, its watches, made and added
+        (not started: `run` starts them); None while it is not."""
+        version = self._find()
+        if version is None:
+            return None
+        self.version = version
+        log.info("%s watched version=%s/%s", self._what, self._group, version)
+        watches = self._make(version)
+        for watch in watches:
+            self._added(watch)
+        return watches
 
     def _find(self) -> str | None:
         """The version to watch, or None (absent: said once; a failed ask: warned once)."""
@@ -228,10 +241,13 @@ class DraWatches(OptionalWatches):
 
 
 def _namespace_recall(
-    recall: Recall[K8sPod], namespace: str | None
-) -> Callable[[], dict[str, K8sPod]]:
-    """The read-back pods of one namespace's watch (None: every namespace)."""
-    return lambda: recall.of(lambda pod: namespace is None or pod.namespace == namespace)
+    recall: Recall[N] | None, namespace: str | None
+) -> Callable[[], dict[str, N]] | None:
+    """The read-back objects of one namespace's watch (None: every namespace); None
+    without a read-back."""
+    if recall is None:
+        return None
+    return lambda: recall.of(lambda value: namespace is None or value.namespace == namespace)
 
 
 class K8sWatcher:
@@ -239,8 +255,8 @@ class K8sWatcher:
     published names `cluster`. Kueue Workloads are watched when `emit_workload` is given
     and the settings want them (`watch_workloads`), once the cluster serves them; the
     ResourceSlices of `dra_drivers` (none: not watched) once it serves them. With
-    `recall_pods` / `recall_nodes` (what Kafka holds), the first lists publish what changed
-    since, deletions included (`producers.k8s.recall`)."""
+    `recall_pods` / `recall_nodes` / `recall_workloads` (what Kafka holds), the first lists
+    publish what changed since, deletions included (`producers.k8s.recall`)."""
 
     def __init__(
         self,
@@ -260,6 +276,7 @@ class K8sWatcher:
         dra_recheck_s: float = DRA_RECHECK_S,
         recall_pods: Recall[K8sPod] | None = None,
         recall_nodes: Recall[K8sNode] | None = None,
+        recall_workloads: Recall[K8sWorkload] | None = None,
     ) -> None:
         gpus = GpuResources.of(settings.gpu_resources, settings.gpu_resource_prefixes)
         self.owners = OwnerResolver(api_lookup(api) if resolve_owners else None)
@@ -299,7 +316,7 @@ class K8sWatcher:
                 collection=Collection("pods", namespace, settings.label_selector),
                 kind=pods,
                 emit=emit_pod,
-                recall=None if recall_pods is None else _namespace_recall(recall_pods, namespace),
+                recall=_namespace_recall(recall_pods, namespace),
                 **options,
             )
             for namespace in (settings.namespaces or (None,))
@@ -313,7 +330,13 @@ class K8sWatcher:
             workloads = WorkloadKind(pod_rules, self.owners, self.claims)
 
             def make(collection: Collection) -> Watch[Any, K8sWorkload]:
-                return Watch(collection=collection, kind=workloads, emit=emit_workload, **options)
+                return Watch(
+                    collection=collection,
+                    kind=workloads,
+                    emit=emit_workload,
+                    recall=_namespace_recall(recall_workloads, collection.namespace),
+                    **options,
+                )
 
             self.kueue = KueueWatches(
                 api,
