@@ -1,10 +1,12 @@
-"""A watcher restarted against the real kube-apiserver: a pod deleted while it was down is
-published DELETED (final state unknown) from what Kafka holds, and a worker finishes it."""
+"""A watcher restarted against the real kube-apiserver: a pod, or a Kueue Workload, deleted
+while it was down is published DELETED (final state unknown) from what Kafka holds, and a
+worker finishes it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from support.apiservers import LiveApiServer
@@ -19,11 +21,23 @@ from worker_fixtures import (
 )
 
 from gpuwatch.run.watcher import WatcherService
+from producers.simulate.kube import kueue as k
 from producers.simulate.kube import manifests as m
-from schemas import K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE, PodLifecycle
+from schemas import (
+    K8S_PODS,
+    K8S_WORKLOADS,
+    NVML_SAMPLES,
+    POD_LIFECYCLE,
+    WORKLOAD_LIFECYCLE,
+    PodLifecycle,
+    WorkloadLifecycle,
+)
+from schemas.codec import TopicSpec
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration
+
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2"
 
 
 def run_watcher(settings: Settings, until: Callable[[WatcherService], bool], what: str) -> None:
@@ -36,14 +50,14 @@ def run_watcher(settings: Settings, until: Callable[[WatcherService], bool], wha
         service.stop()
 
 
-def acknowledged(n: int) -> Callable[[WatcherService], bool]:
-    """Kafka acknowledged `n` pod messages of this run."""
-    return lambda service: service.publishers[K8S_PODS.name].stats.sent >= n
+def acknowledged(n: int, spec: TopicSpec[Any] = K8S_PODS) -> Callable[[WatcherService], bool]:
+    """Kafka acknowledged `n` messages of this run to `spec`'s topic (pods)."""
+    return lambda service: service.publishers[spec.name].stats.sent >= n
 
 
-def story(settings: Settings, name: str) -> list[tuple[str, bool]]:
-    """(type, final_state_unknown) of the k8s.pods messages of the pod `name`, in order."""
-    return [(v.type, v.final_state_unknown) for v in decoded(settings, K8S_PODS) if v.name == name]
+def story(settings: Settings, name: str, spec: TopicSpec[Any] = K8S_PODS) -> list[tuple[str, bool]]:
+    """(type, final_state_unknown) of the messages of the object `name` (a pod), in order."""
+    return [(v.type, v.final_state_unknown) for v in decoded(settings, spec) if v.name == name]
 
 
 class NodeClock:
@@ -64,11 +78,31 @@ class NodeClock:
         produce(self.settings, [(self.topic, key, value, None) for key, value in self.raw])
         self.raw.clear()
 
-    def changes(self, uid: str, to_state: str) -> list[PodLifecycle]:
-        """A sample, then the pod's transitions into `to_state` so far."""
+    def changes(
+        self, uid: str, to_state: str, spec: TopicSpec[Any] = POD_LIFECYCLE
+    ) -> list[PodLifecycle] | list[WorkloadLifecycle]:
+        """A sample, then the transitions of the pod (or workload: `spec`) `uid` into
+        `to_state` so far."""
         self.tick()
-        lifecycle = decoded(self.settings, POD_LIFECYCLE)
+        lifecycle = decoded(self.settings, spec)
         return [c for c in lifecycle if c.uid == uid and c.to_state == to_state]
+
+
+@pytest.fixture
+def kueue(real: LiveApiServer, kube_stack: Settings) -> LiveApiServer:
+    """The stack's kube-apiserver serving Kueue's Workloads, none left in `ml`."""
+    real.install_kueue(kube_stack)
+    for found in real.request("GET", f"{WORKLOADS}/namespaces/ml/workloads")["items"]:
+        real.delete("workloads", "ml", found["metadata"]["name"])
+    return real
+
+
+def watching_ml(settings: Settings, server: LiveApiServer, port: int) -> Settings:
+    """`settings` with a watcher of the namespace `ml` of `server`."""
+    watcher = settings.watcher.model_copy(
+        update={"kubeconfig": server.kubeconfig, "namespaces": ("ml",), "metrics_port": port}
+    )
+    return settings.model_copy(update={"watcher": watcher})
 
 
 def test_a_pod_deleted_while_the_watcher_was_down_is_deleted_and_finished(
@@ -78,11 +112,7 @@ def test_a_pod_deleted_while_the_watcher_was_down_is_deleted_and_finished(
     start_worker: StartWorker,
     free_port: Callable[[], int],
 ) -> None:
-    scope = new_scope()
-    watcher = scope.watcher.model_copy(
-        update={"kubeconfig": real.kubeconfig, "namespaces": ("ml",), "metrics_port": free_port()}
-    )
-    settings = scope.model_copy(update={"watcher": watcher})
+    settings = watching_ml(new_scope(), real, free_port())
     worker = start_worker(settings)
     node = NodeClock(settings)
     now = time.time()
@@ -108,3 +138,45 @@ def test_a_pod_deleted_while_the_watcher_was_down_is_deleted_and_finished(
     assert [(c.from_state, c.reason, c.ts) for c in finished] == [
         ("running", "DeletedFinalStateUnknown", gone.ts)
     ]
+
+
+def test_a_workload_deleted_while_the_watcher_was_down_is_deleted_and_finished(
+    *,
+    kueue: LiveApiServer,
+    new_scope: NewScope,
+    start_worker: StartWorker,
+    free_port: Callable[[], int],
+) -> None:
+    settings = watching_ml(new_scope(), kueue, free_port())
+    worker = start_worker(settings)
+    node = NodeClock(settings)
+    now = time.time()
+
+    def queued(name: str, job_uid: str) -> dict[str, Any]:
+        obj = k.workload(
+            name, "ml", created=now, queue="research", job=(name, job_uid), pods=2,
+            gpus_per_pod={"nvidia.com/gpu": 8},
+        )  # fmt: skip
+        message = "couldn't assign flavors to pod set main: insufficient unused quota"
+        return kueue.create("workloads", k.pending(obj, now, message))
+
+    uid = queued("job-gone", "6c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5")["metadata"]["uid"]
+    queued("job-kept", "7d2e3f4a-5b6c-4d7e-8f90-a1b2c3d4e5f6")
+
+    run_watcher(settings, acknowledged(2, K8S_WORKLOADS), "both workloads in k8s.workloads")
+    wait_for("job-gone queued", lambda: node.changes(uid, "queued", WORKLOAD_LIFECYCLE), worker)
+    kueue.delete("workloads", "ml", "job-gone")  # while no watcher runs: no one sees it
+    deleted_at = int(time.time() * 1000)
+    # The restart re-sends job-kept (its first list re-sends all), publishes job-gone's deletion.
+    run_watcher(settings, acknowledged(2, K8S_WORKLOADS), "the restart's workload messages")
+
+    assert story(settings, "job-kept", K8S_WORKLOADS) == [("RESYNC", False), ("RESYNC", False)]
+    assert story(settings, "job-gone", K8S_WORKLOADS) == [("RESYNC", False), ("DELETED", True)]
+    (gone,) = [v for v in decoded(settings, K8S_WORKLOADS) if v.type == "DELETED"]
+    assert (gone.uid, gone.queue, gone.pods) == (uid, "research", 2)  # the last state held
+    assert gone.ts >= deleted_at  # the relist's time
+    finished = wait_for(
+        "job-gone finished", lambda: node.changes(uid, "finished", WORKLOAD_LIFECYCLE), worker
+    )
+    # As a DELETED the watcher saw: finished, Deleted, at the relist's time.
+    assert [(c.from_state, c.reason, c.ts) for c in finished] == [("queued", "Deleted", gone.ts)]
