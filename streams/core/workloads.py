@@ -17,6 +17,10 @@ issue trackers and `kueue_unadmitted_workloads` do:
 | the Evicted reason | evicted and waiting again (`Preempted`, `PodsReadyTimeout`...) |
 | `Pending` | not tried yet, or a message of another kind |
 
+A DELETED finishes it, `Deleted` (Kueue's Finished reason when it had one), whether the
+watcher saw the deletion or found the workload gone from a relist (`final_state_unknown`:
+the value is the last state it knew).
+
 A pure function of the value: the same wherever and whenever it is read.
 """
 

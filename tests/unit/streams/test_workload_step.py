@@ -146,3 +146,26 @@ def test_a_workload_first_seen_finished_tells_its_whole_story_from_its_condition
     ]
     assert [a.status for a in alerts] == ["firing", "resolved"]
     assert workload_step.decode(workload_step.encode(state)) == state
+
+
+def test_a_deletion_the_watcher_did_not_see_finishes_the_workload_at_the_relist() -> None:
+    # Queued (its alert firing) when the watcher went down; it found the workload gone from
+    # its first list after the restart: the last value it knew, DELETED, at the relist's time.
+    last = value(T0 + 1_000, 1, WAITING)
+    relisted_at = T0 + 60 * MIN
+    gone = msgspec.structs.replace(last, type="DELETED", ts=relisted_at, final_state_unknown=True)
+    lifecycle, alerts, state = run([last, gone], T0 + 70 * MIN)
+    assert brief(lifecycle) == [
+        (None, "queued", 0, "WaitingForQuota", 0, 0),
+        ("queued", "finished", 60 * MIN, "Deleted", 60 * MIN, 0),
+    ]
+    assert [(a.status, a.ts - T0) for a in alerts] == [("firing", 10 * MIN), ("resolved", 60 * MIN)]
+    assert (state.state, state.deleted, next_due(state, RULES)) == ("finished", True, None)
+    # One Kueue had finished keeps its reason and time; the deletion lets its state go.
+    done = value(T0 + 31 * MIN, 2, ADMITTED, FINISHED, finished_at=T0 + 30 * MIN)
+    gone = msgspec.structs.replace(done, type="DELETED", ts=relisted_at, final_state_unknown=True)
+    lifecycle, _, state = run([done, gone], T0 + 70 * MIN)
+    assert [(r.to_state, r.reason, r.ts - T0) for r in lifecycle][-1] == (
+        "finished", "Succeeded", 30 * MIN
+    )  # fmt: skip
+    assert state.deleted
