@@ -259,22 +259,28 @@ class NodeFleet:
             return
         uid = self._uid_of(spec.uid)
         if isinstance(change, PodBound):
-            node = self.nodes[change.node].work
-            if node is not None:
-                node.targets.add(spec.namespace, spec.name, uid, spec.work)
+            if self.nodes[change.node].work is not None:
                 self._bound[spec.uid] = change.node
         elif isinstance(change, ContainerStarted):
             work.counters.start(uid, spec.work, self.epoch + change.at)
+            # Scraped from when it runs, as an agent lists its node's Running pods: a pod
+            # bound but still pulling its image or creating its container has no IP yet.
+            node = self._scrapes(self._bound.get(spec.uid))
+            if node is not None:
+                node.targets.add(spec.namespace, spec.name, uid, spec.work)
         elif isinstance(change, ContainerCrashed):
             work.counters.stop(uid, self.epoch + change.at)
         elif isinstance(change, PodFinished | PodDeleted):
             work.counters.stop(uid, self.epoch + change.at)
-            bound = self._bound.pop(spec.uid, None)
-            node = None if bound is None else self.nodes[bound].work
+            node = self._scrapes(self._bound.pop(spec.uid, None))
             if node is not None:
                 node.targets.remove(uid)
             if isinstance(change, PodDeleted):
                 work.counters.remove(uid)
+
+    def _scrapes(self, node: str | None) -> NodeWork | None:
+        """The scrapes of units of work of the node a pod is bound to (None: not bound)."""
+        return None if node is None else self.nodes[node].work
 
     def close(self) -> None:
         """Release the scrapers' connections."""

@@ -196,7 +196,7 @@ class NodeTargets:
         self._pods: dict[str, tuple[str, str, Mapping[str, float]]] = {}
 
     def add(self, namespace: str, pod: str, uid: str, work: Mapping[str, float]) -> None:
-        """A pod bound to the node that counts `work` (units a second)."""
+        """A pod of the node that counts `work` (units a second), from when it runs."""
         self._pods[uid] = (namespace, pod, work)
 
     def remove(self, uid: str) -> None:
