@@ -94,6 +94,12 @@ class SimulationSummary:
     """Process CPU seconds while it ran (every thread, the Kafka clients' included)."""
     unschedulable: dict[str, str] = field(default_factory=dict)
     """`namespace/name` -> the scheduler's message, for pods Pending that fit nowhere."""
+    scrapes: dict[str, int] = field(default_factory=dict)
+    """The agents' scrapes of units of work by outcome (`producers.work.scraper.OUTCOMES`;
+    empty when no pod counts units of work)."""
+    work_records: int = 0
+    """`work.units` records the scrapes made, every one handed to its publisher: `sent`,
+    `dropped` and `failed` of `work.units` account for them."""
 
     def status_counts(self) -> dict[str, int]:
         """How many pods end in each status."""
@@ -345,6 +351,10 @@ class SimulationService:
             for p in sim.cluster.pods.values()
             if p.unschedulable is not None
         }
+        scrapers = [n.work.scraper.stats for n in sim.fleet.nodes.values() if n.work is not None]
+        scrapes: Counter[str] = Counter()
+        for stats in scrapers:
+            scrapes.update(stats.outcomes())  # update, not +: an outcome at 0 is kept
         return SimulationSummary(
             scenario=self.scenario.name,
             seed=self.scenario.seed,
@@ -372,6 +382,8 @@ class SimulationService:
             wall_s=wall_s,
             cpu_s=cpu_s,
             unschedulable=dict(sorted(waiting.items())),
+            scrapes=dict(scrapes),
+            work_records=sum(s.records for s in scrapers),
         )
 
 

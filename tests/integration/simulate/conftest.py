@@ -11,7 +11,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from topic_io import scoped_topics
 
-from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES
+from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, WORK_UNITS
 from schemas.export import JSON_DIR
 from schemas.settings import Settings
 
@@ -29,9 +29,9 @@ def scoped(stack: Settings, topic_prefix: str) -> Iterator[Settings]:
 
 @pytest.fixture(scope="session")
 def validators() -> dict[str, Draft202012Validator]:
-    """The committed JSON Schemas of the producers' three topics, by topic name."""
+    """The committed JSON Schemas of the producers' topics, by topic name."""
     out = {}
-    for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES):
+    for spec in (NVML_SAMPLES, K8S_PODS, K8S_NODES, WORK_UNITS):
         document: dict[str, Any] = json.loads(
             (JSON_DIR / spec.json_schema_file).read_text(encoding="utf-8")
         )

@@ -1,9 +1,10 @@
-"""`small` simulated into the real local Kafka: what lands in nvml.samples, k8s.pods and
-k8s.nodes validates and shows the scenario's pods in the phases it gives; and
-`gpuwatch simulate` as a user runs it."""
+"""`small` simulated into the real local Kafka: what lands in nvml.samples, k8s.pods,
+k8s.nodes and work.units validates and shows the scenario's pods in the phases it gives
+and their units of work scraped whole; and `gpuwatch simulate` as a user runs it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -19,15 +20,23 @@ from topic_io import consume_all
 
 from producers.simulate.runner import run_simulation
 from producers.simulate.scenario import load_scenario
-from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample, TopicSpec
+from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, WORK_UNITS, K8sPod, NvmlSample, TopicSpec
 from schemas.settings import Settings
+from schemas.work_units import WorkUnits
 
 pytestmark = pytest.mark.integration
 
 GPUWATCH = Path(sys.executable).with_name("gpuwatch")
 S = 1000
 SIMULATED_S = 330  # past bert-oom's OOM kill at 275 s, before vision-train completes at 605 s
-WORK_RECORDS = 4 * 21  # 4 pods scraped at 15 s (a baseline), then 30 s .. 330 s
+SCRAPE_S = 15  # the agents' work_interval_s: scrapes at the event times on its grid
+FIRST_SCRAPE_S = 3  # the epoch is put so: before vision-train's containers run (5 s)
+WORK = {  # small's pods that count units of work: running since (s), units a second
+    "chat-serving-0": (-86_400, {"tokens": 1500.0, "requests": 3.0}),
+    "llm-finetune-0": (-1800, {"steps": 4.0}),
+    "vision-train-0": (5, {"steps": 10.0}),  # pulled 0 .. 5 s
+    "vision-train-1": (5, {"steps": 10.0}),
+}
 
 
 def decoded(settings: Settings, spec: TopicSpec[Any], validator: Draft202012Validator) -> list[Any]:
@@ -45,7 +54,9 @@ def decoded(settings: Settings, spec: TopicSpec[Any], validator: Draft202012Vali
 def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
     scoped: Settings, validators: dict[str, Draft202012Validator]
 ) -> None:
-    epoch = int(time.time()) - 3600
+    hour_ago = int(time.time()) - 3600
+    # On the scrape grid (epoch seconds a multiple of 15) plus 12: the first scrape at 3 s.
+    epoch = hour_ago - hour_ago % SCRAPE_S + SCRAPE_S - FIRST_SCRAPE_S
 
     summary = run_simulation(
         scoped,
@@ -57,11 +68,10 @@ def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
     )
 
     assert summary.ticks == SIMULATED_S
-    # small queues nothing in Kueue: no workload. Its units of work: chat-serving-0,
-    # llm-finetune-0 and vision-train-0/-1 scraped every 15 s (the first a baseline).
+    # small queues nothing in Kueue: no workload.
     assert summary.sent == {
         "nvml.samples": 3 * SIMULATED_S, "k8s.pods": 18, "k8s.nodes": 3, "k8s.workloads": 0,
-        "work.units": WORK_RECORDS,
+        "work.units": summary.work_records,
     }  # fmt: skip
     assert summary.dropped == {
         "nvml.samples": 0, "k8s.pods": 0, "k8s.nodes": 0, "k8s.workloads": 0, "work.units": 0
@@ -69,11 +79,13 @@ def test_small_lands_in_kafka_valid_with_its_pods_in_their_phases(
     samples: list[NvmlSample] = decoded(scoped, NVML_SAMPLES, validators[NVML_SAMPLES.name])
     pods: list[K8sPod] = decoded(scoped, K8S_PODS, validators[K8S_PODS.name])
     nodes = decoded(scoped, K8S_NODES, validators[K8S_NODES.name])
+    work: list[WorkUnits] = decoded(scoped, WORK_UNITS, validators[WORK_UNITS.name])
 
     assert sorted(n.node for n in nodes) == ["h100-0", "h100-1", "l40s-0"]
     assert {n.node: n.gpu_capacity for n in nodes}["l40s-0"] == {"nvidia.com/gpu": 8}
     check_samples(samples, epoch)
     check_pods(pods, epoch)
+    check_work(work, summary.scrapes, summary.work_records, epoch)
 
 
 def check_samples(samples: list[NvmlSample], epoch: int) -> None:
@@ -154,6 +166,38 @@ def check_pods(pods: list[K8sPod], epoch: int) -> None:
     vision = final["vision-train-0"]
     assert (vision.node, vision.started_at) == ("h100-1", epoch * S)
     assert [(c.state, c.restarts) for c in vision.containers] == [("running", 0)]
+
+
+def check_work(work: list[WorkUnits], scrapes: dict[str, int], made: int, epoch: int) -> None:
+    """Each pod counting units of work is scraped on the grid from when it runs, the
+    first scrape its baseline; every record after it is in work.units once (a copy the
+    publisher sent again is the same record), and together they tile the pod's time
+    from its baseline to its last scrape with every unit it did in that time."""
+    grid = [t for t in range(1, SIMULATED_S + 1) if (epoch + t) % SCRAPE_S == 0]
+    assert grid[0] == FIRST_SCRAPE_S
+    scraped = {pod: [t for t in grid if t > since] for pod, (since, _) in WORK.items()}
+    assert [len(times) for times in scraped.values()] == [22, 22, 21, 21]
+    records: dict[tuple[str, int, int], WorkUnits] = {}
+    for record in work:
+        kept = records.setdefault((record.uid, record.start, record.ts), record)
+        assert kept == record, "a record repeated with another content"
+    by_pod: dict[str, list[WorkUnits]] = {}
+    for record in sorted(records.values(), key=lambda r: r.ts):
+        by_pod.setdefault(record.pod, []).append(record)
+    assert sorted(by_pod) == sorted(WORK)
+    for pod, (_, rates) in WORK.items():
+        mine = by_pod[pod]
+        assert [(r.start // S - epoch, r.ts // S - epoch) for r in mine] == list(
+            itertools.pairwise(scraped[pod])
+        ), pod
+        for record in mine:
+            seconds = (record.ts - record.start) / S
+            assert record.units == {u: rate * seconds for u, rate in rates.items()}, pod
+            assert (record.resets, record.missing) == ((), ())
+    # What the scrapers made, no more, no less, and no scrape of a pod before it ran.
+    assert made == len(records) == sum(len(t) - 1 for t in scraped.values())
+    ok = sum(len(times) for times in scraped.values())
+    assert scrapes == {"ok": ok, "failed": 0, "too_large": 0, "bad_exposition": 0}
 
 
 def test_the_simulate_command_runs_a_scenario_and_prints_where_pods_ended(
