@@ -238,3 +238,23 @@ def test_units_of_work_go_with_the_pods_usage_and_those_of_a_pod_without_any_are
     usage = decoded(out, POD_USAGE)
     assert [u.units for u in usage if u.units] == [{"steps": 150.0}]
     assert counters.units_dropped == 1
+
+
+def test_units_of_work_on_a_sample_sent_again_are_counted_once() -> None:
+    """The agent's publisher sends again what Kafka did not acknowledge, through a fresh
+    client, after what it had sent (a copy arriving after the original and its
+    followers): the copy's units of work, like its usage, are the node's already."""
+    items = samples(0, 12)
+    work = (PodWork(pod_uid=POD_P, units={"steps": 150.0}),)
+    items[5] = msgspec.structs.replace(items[5], work=work)
+    once, out_once = NodePartition(0, config(), Counters()), Outputs(PREFIX, Counters())
+    feed(once, items, out_once)
+    counters = Counters()
+    part, out = NodePartition(0, config(), counters), Outputs(PREFIX, counters)
+    feed(part, items[:8], out)
+    feed(part, items[4:8], out, offset=8)  # 4..7 again: unacknowledged, sent again
+    feed(part, items[8:], out, offset=12)
+    assert counters.duplicates == 4
+    usage = decoded(out, POD_USAGE)
+    assert [u.units for u in usage if u.units] == [{"steps": 150.0}]
+    assert usage == decoded(out_once, POD_USAGE)
