@@ -59,6 +59,7 @@ from streams.processors.pod import PodConfig, PodPartition
 from streams.runtime.agent_loop import (
     BATCH_MAX,
     BATCH_WITHIN_S,
+    STATE_EVERY_EVENT_MS,
     STATE_EVERY_S,
     AgentLoop,
     Make,
@@ -288,6 +289,7 @@ def build(
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
             load_starts=probe.load_starts,
             state_every_s=STATE_EVERY_S,
+            state_every_event_ms=STATE_EVERY_EVENT_MS,
         )
 
     node_inputs = (NVML_SAMPLES.full_name(prefix), K8S_NODES.full_name(prefix))

@@ -71,9 +71,10 @@ __all__ = ["FINISHED_KEEP_MS", "FORGOTTEN", "SENT_AGAIN_KEEP_MS", "PodConfig", "
 
 FORGOTTEN = b"@forgotten|"  # key prefix of a forgotten pod's record (no uid starts with "@")
 # How long (event time) after it was forgotten a pod's usage may still be sent again: a
-# restarted node side sends again what came after its stored state, written every 5 s,
-# which a backlog worked off at 20-40 event-minutes a second puts up to some 3 hours
-# behind the claims the watermark took; twice that.
+# restarted node side sends again what came after its stored state, written every 5 s and
+# whenever its stream time moved an hour (`STATE_EVERY_EVENT_MS`: a backlog goes through
+# hours of event time in 5 s), so at most about an hour and a batch behind the claims the
+# watermark took; six times that.
 SENT_AGAIN_KEEP_MS = 6 * 3_600_000
 
 

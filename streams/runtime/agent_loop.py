@@ -9,7 +9,9 @@ so the events of a partition reach it in order. Per batch:
    every one: outputs are acknowledged before the state that says they were made is
    written;
 3. every `state_every_s` (not every batch: a node's document is twice its sample's bytes,
-   and writing it once a second per node was a tenth of the worker's CPU), the state
+   and writing it once a second per node was a tenth of the worker's CPU), and whenever a
+   partition's stream time moved `state_every_event_ms` since its last write (a backlog
+   goes through hours of event time in seconds), the state
    changed since the last write is written to the table's changelog, with the partition
    explicitly: Faust's `table[key] = value` takes the partition from the current event,
    which a batch of several partitions does not have; `flush` then waits until the broker
@@ -62,6 +64,7 @@ __all__ = [
     "BATCH_WITHIN_S",
     "CHECKPOINT",
     "POSITIONS",
+    "STATE_EVERY_EVENT_MS",
     "STATE_EVERY_S",
     "AgentLoop",
     "Message",
@@ -75,6 +78,10 @@ log = logging.getLogger(__name__)
 BATCH_MAX = 1000  # events per batch: a node sample is ~3 KB, so ~3 MB of input at most
 BATCH_WITHIN_S = 0.2  # wait this long for a batch to fill: latency is seconds anyway
 STATE_EVERY_S = 5.0  # state writes at most this often: what a crash has to read again
+STATE_EVERY_EVENT_MS = 3_600_000
+"""And at least this often in a partition's stream time: a backlog worked off at hours of
+event time a second would otherwise store a state hours of stream time behind the claims
+its ticks sent, and a restart would send that much usage again (`SENT_AGAIN_KEEP_MS`)."""
 POSITIONS = b"@positions"  # no processor key starts with "@" (node names, pod uids, b"")
 CHECKPOINT = "@checkpoint"  # in the positions record: no topic name has an "@"
 
@@ -168,6 +175,7 @@ class AgentLoop:
         monotonic: Callable[[], float] = time.monotonic,
         state_every_s: float = 0.0,
         ticked: Iterable[str] | None = None,
+        state_every_event_ms: int | None = None,
     ) -> None:
         self.name = name
         self.tick_topic = tick_topic
@@ -183,6 +191,9 @@ class AgentLoop:
         self._monotonic = monotonic
         self._state_every_s = state_every_s
         self._state_due = 0.0
+        self._state_every_event_ms = state_every_event_ms
+        self._written_time: dict[int, int] = {}
+        """Each partition's stream time when its state was last written."""
         self._unwritten: set[int] = set()
         """Partitions with inputs processed since their positions were last written."""
         self._checkpoints: dict[int, tuple[bytes, bytes]] = {}
@@ -237,7 +248,7 @@ class AgentLoop:
         if records:
             await self._flush()
         now = self._monotonic()
-        if now >= self._state_due:
+        if now >= self._state_due or self._state_behind():
             self._state_due = now + self._state_every_s
             if self._write_state():
                 await self._flush()  # the state is taken by the broker before the batch is acked
@@ -274,11 +285,28 @@ class AgentLoop:
                 )
                 self.rewinds.unplaced(topic, partition, first)
 
+    def _state_behind(self) -> bool:
+        """Whether a partition's stream time moved `state_every_event_ms` or more since its
+        state was last written."""
+        every = self._state_every_event_ms
+        if every is None:
+            return False
+        written = self._written_time
+        for partition, processor in self.partitions.items():
+            now = processor.stream_time
+            if now is None:
+                continue
+            if now - written.setdefault(partition, now) >= every:  # first seen: from then
+                return True
+        return False
+
     def _write_state(self) -> bool:
         """The state changed since the last write, and each partition's input positions;
         whether anything was written."""
         written = False
         for partition, processor in self.partitions.items():
+            if processor.stream_time is not None:
+                self._written_time[partition] = processor.stream_time
             writes = processor.take_writes()
             for key, value in writes:
                 self._table.write(partition, key, value)

@@ -86,6 +86,7 @@ def loop(
     inputs: tuple[str, ...] = (IN,),
     table: Table | None = None,
     refused: frozenset[int] = frozenset(),
+    state_every_event_ms: int | None = None,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     """The loop on a `Stub` per partition; the flushes numbered in `refused` (from 1) raise
     as the producer's does when the broker did not take a record."""
@@ -115,6 +116,7 @@ def loop(
         load_starts=load_starts,
         monotonic=now,
         state_every_s=state_every_s,
+        state_every_event_ms=state_every_event_ms,
     )
     return agent, table, made
 
@@ -186,6 +188,28 @@ def test_state_is_written_at_most_every_state_interval_with_the_positions_it_hol
     ]
     assert table.data[(0, b"@positions")] == b'{"t.in": 2}'
     assert table.data[(1, b"@positions")] == b'{"t.in": 2}'
+
+
+def test_state_is_also_written_once_a_partitions_stream_time_moved_an_hour() -> None:
+    """A backlog goes through hours of event time between two state writes by the wall
+    clock; a restart would then send hours of usage again. A partition whose stream time
+    moved an hour has its state written whatever the clock says."""
+    log: list[str] = []
+    hour = 3_600_000
+    agent, table, made = loop(
+        log, Counters(), now=lambda: 100.0, state_every_s=5.0, state_every_event_ms=hour
+    )
+    asyncio.run(agent.process([Message(IN, 0, 0, None, b"a")]))  # the first write is due
+    made[0].stream_time = 0
+    asyncio.run(agent.process([Message(IN, 0, 1, None, b"b")]))
+    log.clear()
+    made[0].stream_time = hour - 1
+    asyncio.run(agent.process([Message(IN, 0, 2, None, b"c")]))
+    assert log == ["send t.out", "flush"]  # not an hour yet, and the clock stands still
+    made[0].stream_time = hour
+    asyncio.run(agent.process([Message(IN, 0, 3, None, b"d")]))
+    assert "write 0/@positions" in log
+    assert table.data[(0, b"@positions")] == b'{"t.in": 4}'
 
 
 def test_an_error_of_ours_becomes_a_dead_letter_and_the_batch_goes_on() -> None:
