@@ -31,11 +31,13 @@ def add_parser(verbs: Any) -> None:
         "node samples (the live state of each GPU) in a consumer group of its own "
         "(GPUWATCH_APP_ID + `.redis`, so replicas share the partitions) and write them into "
         "Redis (GPUWATCH_REDIS_URL, the keys of DESIGN.md §5), each batch one transaction, "
-        "offsets committed after Redis took it. While Redis is away it keeps the batch and "
-        "retries; when Redis comes back emptied or older it rewrites from the topics. A new "
-        "group starts the derived topics at their beginning and the samples 5 minutes back. "
-        "Its own /metrics on --metrics-port (GPUWATCH_SINK_METRICS_PORT, 9483). SIGTERM "
-        "finishes the batch in hand and exits.",
+        "offsets committed after Redis took it. While Redis is away, full (OOM), read-only "
+        "or failing its snapshots (MISCONF) it keeps the batch and retries, counting each "
+        "refusal by reason; when Redis comes back emptied or older, or evicted keys, it "
+        "rewrites from the topics. A new group starts the derived topics at their beginning "
+        "and the samples 5 minutes back. Its own /metrics and /livez (503 once records wait "
+        "with no progress past GPUWATCH_SINK_STALL_LIMIT_S, 300) on --metrics-port "
+        "(GPUWATCH_SINK_METRICS_PORT, 9483). SIGTERM finishes the batch in hand and exits.",
     )
     add_int(
         redis,

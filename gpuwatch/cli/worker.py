@@ -25,7 +25,12 @@ def add_parser(verbs: Any) -> None:
         "input goes to the deadletter topic with the reason. State lives in changelog-backed "
         "tables and is restored from Kafka on a restart. The topics must exist with one "
         "partition count (`gpuwatch topics create`); the worker creates its internal tick "
-        "topic. SIGTERM commits and exits.",
+        "topic. Every record it writes is confirmed by the broker before its state is "
+        "stored and its inputs committed; one the broker does not take ends the worker with "
+        "status 1 (counted in gpuwatch_delivery_failures_total), and a restart reads the inputs "
+        "again. /livez answers 503 once an input partition's records wait with no progress "
+        "past GPUWATCH_WORKER_STALL_LIMIT_S (300). SIGUSR1 logs every task's and thread's "
+        "stack. SIGTERM commits and exits.",
     )
     add_float(
         worker,
@@ -42,7 +47,7 @@ def add_parser(verbs: Any) -> None:
         worker,
         "--metrics-port",
         "PORT",
-        "port of the worker's /metrics (GPUWATCH_METRICS_PORT, 9480)",
+        "port of the worker's /metrics and /livez (GPUWATCH_METRICS_PORT, 9480)",
         dest="worker_metrics_port",
     )
     add_flag(
