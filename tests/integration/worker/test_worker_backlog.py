@@ -51,14 +51,39 @@ def scope12(stack: Settings) -> Iterator[NewScope]:
 def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     """The same identities, each with one content equal to the other run's."""
     for topic, expected in want.items():
-        assert sorted(got[topic]) == sorted(expected), topic
+        extra, missing = set(got[topic]) - set(expected), set(expected) - set(got[topic])
+        uids = sorted({identity[0] for identity in extra | missing})[:5]
+        differing = {"extra": sorted(extra)[:10], "missing": sorted(missing)[:10]}
+        assert differing == {"extra": [], "missing": []}, (
+            topic,
+            [story(got, want, uid) for uid in uids],
+        )
         for identity, copies in got[topic].items():
             assert set(copies) == set(expected[identity]), (
                 topic,
                 identity,
                 differ(copies, expected[identity]),
+                story(got, want, identity[0]),
             )
             assert len(set(copies)) == 1, (topic, identity)
+
+
+def story(got: dict[str, Any], want: dict[str, Any], uid: str) -> dict[str, list[str]]:
+    """The pod's lifecycle in each run: ts, from, to, reason, running and stalled ms."""
+
+    def of(run: dict[str, Any]) -> list[str]:
+        out = []
+        for identity, copies in sorted(run["pod.lifecycle"].items()):
+            if identity[0] == uid:
+                for copy in copies:
+                    c = json.loads(copy)
+                    out.append(
+                        f"{c['ts']} {c['from_state']}->{c['to_state']} {c['reason']}"
+                        f" run {c['running_ms']} stall {c['stalled_ms']}"
+                    )
+        return out
+
+    return {"got": of(got), "want": of(want)}
 
 
 def differ(got: list[str], want: list[str]) -> list[dict[str, Any]]:
