@@ -153,6 +153,7 @@ def test_the_local_prometheus_loads_and_evaluates_the_gpuwatch_rules(stack: Sett
         "GpuwatchNodeSamplesMissing", "GpuwatchLateEvents", "GpuwatchWorkUnitsDropped",
         "GpuwatchRedisSinkRejected", "GpuwatchSinkInvalidRecords",
         "GpuwatchK8sWatcherMessagesLost", "GpuwatchK8sWatcherMalformedObjects",
+        "GpuwatchWorkerStalled", "GpuwatchSinkStalled",
     }  # fmt: skip
 
     def evaluated() -> dict[str, str]:

@@ -24,6 +24,7 @@ ALERTS = {
     "GpuwatchNodeAgentSamplesLost", "GpuwatchNodeSamplesMissing", "GpuwatchLateEvents",
     "GpuwatchWorkUnitsDropped", "GpuwatchRedisSinkRejected", "GpuwatchSinkInvalidRecords",
     "GpuwatchK8sWatcherMessagesLost", "GpuwatchK8sWatcherMalformedObjects",
+    "GpuwatchWorkerStalled", "GpuwatchSinkStalled",
 }  # fmt: skip
 
 
@@ -37,7 +38,7 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules() -> None:
     checked = run("promtool", "check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 31 rules found" in checked.stdout
+    assert "SUCCESS: 33 rules found" in checked.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
