@@ -73,9 +73,12 @@ class Relisted(Generic[V]):
 
 
 def content(value: V) -> V:
-    """The value without what changes on every event: type, ts and resource_version."""
+    """The value without what changes on every event: type, ts, resource_version and
+    whether a deletion was seen (`final_state_unknown`)."""
     if isinstance(value, K8sPod | K8sWorkload):
-        return msgspec.structs.replace(value, type="ADDED", ts=0, resource_version="")
+        return msgspec.structs.replace(
+            value, type="ADDED", ts=0, resource_version="", final_state_unknown=False
+        )
     return msgspec.structs.replace(value, type="ADDED", ts=0)
 
 
