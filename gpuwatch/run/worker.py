@@ -22,7 +22,7 @@ from gpuwatch.kafka import (
 )
 from gpuwatch.run.memory import start_trimming, tune_collector
 from schemas.settings import Settings
-from streams.faust.app import WorkerOptions, WorkerRuntime, build
+from streams.faust.app import WorkerOptions, WorkerRuntime, build, changelog_topic_names
 from streams.faust.tick_timer import fleet_topic_name, tick_topic_name
 from streams.faust.worker import new_worker, run_worker
 
@@ -61,8 +61,14 @@ def check_topics(settings: Settings) -> None:
 
 
 def ensure_tick_topic(settings: Settings) -> str:
-    """Create the internal tick and fleet topics unless they exist; their partition counts
-    must match the inputs'. The tick topic's name."""
+    """Create the internal tick and fleet topics and the state tables' changelogs unless
+    they exist; their partition counts must match the inputs'. The tick topic's name.
+
+    Faust declares the changelogs too, but may do so after its consumer joined the group:
+    a partition assigned before its changelog exists (Faust's assignor "Ignoring missing
+    topic") can leave the first state write waiting for the topic's metadata, with both
+    agents' record batches behind it. One worker of a test run logged that and made no
+    progress for four minutes."""
     kafka = settings.kafka
     try:
         client = admin(
@@ -71,11 +77,18 @@ def ensure_tick_topic(settings: Settings) -> str:
     except KafkaError as exc:
         raise WorkerStartError(f"cannot reach Kafka at {kafka.bootstrap}: {exc!r}") from exc
     try:
-        for name, retention_ms in (
-            (tick_topic_name(settings), TICK_RETENTION_MS),
-            (fleet_topic_name(settings), FLEET_RETENTION_MS),
-        ):
-            configs = {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+        internal = [
+            (name, {"cleanup.policy": "delete", "retention.ms": str(retention_ms)})
+            for name, retention_ms in (
+                (tick_topic_name(settings), TICK_RETENTION_MS),
+                (fleet_topic_name(settings), FLEET_RETENTION_MS),
+            )
+        ]
+        # Compacted, as streams/faust/app.py declares them.
+        internal += [
+            (name, {"cleanup.policy": "compact"}) for name in changelog_topic_names(settings)
+        ]
+        for name, configs in internal:
             try:
                 partitions = ensure_topic(client, new_topic(kafka, name, configs))
             except KafkaError as exc:

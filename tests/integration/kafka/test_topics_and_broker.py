@@ -13,9 +13,12 @@ from topic_io import delete_prefixed
 
 from gpuwatch import kafka
 from gpuwatch.kafka import create_topics, describe_topics
+from gpuwatch.run.worker import ensure_tick_topic
 from schemas import ALL_TOPICS, NVML_SAMPLES, POD_KEYED, NvmlSample
 from schemas.examples import example
 from schemas.settings import Settings
+from streams.faust.app import changelog_topic_names
+from streams.faust.tick_timer import fleet_topic_name, tick_topic_name
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +118,31 @@ def test_a_sample_goes_through_the_broker_to_both_clients(scoped: Settings) -> N
         return message.value
 
     assert NVML_SAMPLES.decode(asyncio.run(read_with_aiokafka())) == sample
+
+
+def test_the_worker_creates_its_internal_topics_and_changelogs_before_faust_starts(
+    scoped: Settings,
+) -> None:
+    """The state tables' changelogs exist, compacted, with the inputs' partition count,
+    before Faust's consumer joins the group: a partition assigned before its changelog
+    existed left the worker's first state write waiting for the topic."""
+    names = [
+        tick_topic_name(scoped),
+        fleet_topic_name(scoped),
+        *changelog_topic_names(scoped),
+    ]
+    assert ensure_tick_topic(scoped) == names[0]
+    assert ensure_tick_topic(scoped) == names[0]  # again: they exist, nothing changes
+    admin = kafka.admin(scoped.kafka)
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+        )["topic"]
+        partitions = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}
+    finally:
+        admin.close()
+    assert partitions == dict.fromkeys(names, 3)
+    for name in names[2:]:
+        assert described[name]["cleanup.policy"]["value"] == "compact", name
+    for name in names[:2]:
+        assert described[name]["cleanup.policy"]["value"] == "delete", name
