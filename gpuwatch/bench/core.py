@@ -13,7 +13,12 @@ collector is tuned as in the worker (`gpuwatch.run.memory.tune_collector`).
 The digests hash every record made (topic, key, value, in order) and every state write:
 equal digests from two versions of the code mean byte-identical outputs for this input.
 
-    python -m gpuwatch.bench.core --nodes 100 --seconds 80 --repeats 3
+    python -m gpuwatch.bench.core --nodes 100 --seconds 80 --runs 3
+
+`--interval` samples each node every so many seconds instead of every second, as a recorded
+history sampled every 57 s is (`--interval 57 --seconds 1140`: 20 samples a node); a batch
+then holds one round of samples, and the state is written whenever a round moves the event
+time past a multiple of `STATE_EVERY_MS`, as it is with 1 s samples.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class CoreResult:
     nodes: int
     gpus: int
     seconds: int
+    interval_s: int
     gpu_samples: int
     runs: int
     node_cpu_us_per_gpu_sample: float
@@ -129,8 +135,14 @@ def _batch(
     return time.process_time() - t, records, writes
 
 
-def run_once(fleet: Fleet) -> CoreRun:
-    """Feed the fleet's pod events and samples through both sides once."""
+def _state_due(round_: int, interval_ms: int) -> bool:
+    """Whether the state is written after `round_`: its end crossed a multiple of the period."""
+    return (round_ + 1) * interval_ms // STATE_EVERY_MS > round_ * interval_ms // STATE_EVERY_MS
+
+
+def run_once(fleet: Fleet, interval_ms: int = S) -> CoreRun:
+    """Feed the fleet's pod events and samples (one round every `interval_ms`) through both
+    sides once."""
     rules, windows = RuleSettings(), WindowSettings()
     counters = Counters()
     node_config = NodeConfig(
@@ -163,7 +175,7 @@ def run_once(fleet: Fleet) -> CoreRun:
         pod.handle(Source(pods, 0, i, key), value, pod_out)
     pod_cpu += time.process_time() - t
     for n, batch in enumerate(rounds):
-        state_due = (n + 1) % (STATE_EVERY_MS // S) == 0
+        state_due = _state_due(n, interval_ms)
         tick = partial(_tick, node)
         cpu, records, node_writes = _batch(node, batch, tick, node_out, state_due)
         node_cpu += cpu
@@ -196,12 +208,14 @@ def run_once(fleet: Fleet) -> CoreRun:
     )
 
 
-def run_core(nodes: int = 100, gpus: int = 8, seconds: int = 80, runs: int = 3) -> CoreResult:
+def run_core(
+    nodes: int = 100, gpus: int = 8, seconds: int = 80, runs: int = 3, interval_s: int = 1
+) -> CoreResult:
     """The fleet built once, fed `runs` times; medians, and the digests (equal every run)."""
-    fleet = build_fleet(nodes, gpus, seconds, T0_MS, watch=0)
+    fleet = build_fleet(nodes, gpus, seconds, T0_MS, watch=0, interval_s=interval_s)
     restore = tune_collector()  # as the worker runs
     try:
-        passes = [run_once(fleet) for _ in range(runs)]
+        passes = [run_once(fleet, interval_s * S) for _ in range(runs)]
     finally:
         restore()
     if len({(p.digest, p.state_digest) for p in passes}) != 1:
@@ -214,6 +228,7 @@ def run_core(nodes: int = 100, gpus: int = 8, seconds: int = 80, runs: int = 3) 
         nodes=nodes,
         gpus=gpus,
         seconds=seconds,
+        interval_s=interval_s,
         gpu_samples=gpu_samples,
         runs=runs,
         node_cpu_us_per_gpu_sample=round(statistics.median(node_us), 2),
@@ -237,8 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument("--seconds", type=int, default=80, help="seconds of samples (default 80)")
     parser.add_argument("--runs", type=int, default=3, help="passes, median taken (default 3)")
+    parser.add_argument(
+        "--interval",
+        type=int,
+        default=1,
+        help="seconds between a node's samples (default 1; 57 for a recorded history)",
+    )
     args = parser.parse_args(argv)
-    result = run_core(args.nodes, args.gpus, args.seconds, args.runs)
+    result = run_core(args.nodes, args.gpus, args.seconds, args.runs, args.interval)
     print(json.dumps(asdict(result), indent=2))
     return 0
 
