@@ -5,7 +5,7 @@ The fleet of `gpuwatch bench worker` (simulated 8-GPU nodes sampled by the real
 as the agent loop feeds them: a second of samples a batch, then a tick to each side,
 the node side's `pod.usage` records and both sides' fleet inputs (node uses, pods' waiting
 requests, marks: `streams.processors.fleet`) to the pod side, the state written every
-`STATE_EVERY_S` of event time. Process CPU time is measured around each side's calls
+`STATE_EVERY_S` (every fifth batch). Process CPU time is measured around each side's calls
 only, so the figures are the processors' cost without the Faust consumer, the producer
 or the event loop, and are repeatable on a busy machine where wall time is not. The garbage
 collector is tuned as in the worker (`gpuwatch.run.memory.tune_collector`).
@@ -16,9 +16,10 @@ equal digests from two versions of the code mean byte-identical outputs for this
     python -m gpuwatch.bench.core --nodes 100 --seconds 80 --runs 3
 
 `--interval` samples each node every so many seconds instead of every second, as a recorded
-history sampled every 57 s is (`--interval 57 --seconds 1140`: 20 samples a node); a batch
-then holds one round of samples, and the state is written whenever a round moves the event
-time past a multiple of `STATE_EVERY_MS`, as it is with 1 s samples.
+history sampled every 57 s is (`--interval 57 --seconds 1140`: 20 samples a node). A batch
+still holds one round of samples, and the state is still written every fifth batch: the
+agent loop writes it every `STATE_EVERY_S` of wall time (or hour of stream time), and a
+worker reading a history goes through more batches, not fewer, in those 5 s.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ __all__ = ["CoreResult", "CoreRun", "main", "run_core", "run_once"]
 PREFIX = "bench.core."
 FLEET = f"{PREFIX}bench.fleet"  # the worker's internal fleet topic
 T0_MS = 1_700_000_040_000  # a window start (60 s windows): windows close within 80 s
-STATE_EVERY_MS = 5_000  # the agent loop's STATE_EVERY_S, in event time here
+STATE_EVERY_BATCHES = 5  # the agent loop's STATE_EVERY_S, in batches of a second's samples
 S = 1000
 
 
@@ -135,14 +136,8 @@ def _batch(
     return time.process_time() - t, records, writes
 
 
-def _state_due(round_: int, interval_ms: int) -> bool:
-    """Whether the state is written after `round_`: its end crossed a multiple of the period."""
-    return (round_ + 1) * interval_ms // STATE_EVERY_MS > round_ * interval_ms // STATE_EVERY_MS
-
-
-def run_once(fleet: Fleet, interval_ms: int = S) -> CoreRun:
-    """Feed the fleet's pod events and samples (one round every `interval_ms`) through both
-    sides once."""
+def run_once(fleet: Fleet) -> CoreRun:
+    """Feed the fleet's pod events and samples through both sides once."""
     rules, windows = RuleSettings(), WindowSettings()
     counters = Counters()
     node_config = NodeConfig(
@@ -175,7 +170,7 @@ def run_once(fleet: Fleet, interval_ms: int = S) -> CoreRun:
         pod.handle(Source(pods, 0, i, key), value, pod_out)
     pod_cpu += time.process_time() - t
     for n, batch in enumerate(rounds):
-        state_due = _state_due(n, interval_ms)
+        state_due = (n + 1) % STATE_EVERY_BATCHES == 0
         tick = partial(_tick, node)
         cpu, records, node_writes = _batch(node, batch, tick, node_out, state_due)
         node_cpu += cpu
@@ -215,7 +210,7 @@ def run_core(
     fleet = build_fleet(nodes, gpus, seconds, T0_MS, watch=0, interval_s=interval_s)
     restore = tune_collector()  # as the worker runs
     try:
-        passes = [run_once(fleet, interval_s * S) for _ in range(runs)]
+        passes = [run_once(fleet) for _ in range(runs)]
     finally:
         restore()
     if len({(p.digest, p.state_digest) for p in passes}) != 1:
