@@ -299,6 +299,19 @@ class WorkerSettings(BaseModel):
     not move before /livez answers 503 (and `GpuwatchWorkerStalled` fires): a worker whose
     processing stopped still answers /metrics. Five minutes: longer than a busy table's
     restore after a rebalance, far shorter than a stuck worker going unnoticed."""
+    align_ahead_s: int = Field(default=600, ge=0, le=86_400)
+    """Watermark alignment: a node partition whose stream time is more than this far ahead
+    of the lowest one is not read until the others catch up (0: never paused). Behind a
+    backlog, the pod side holds the usage of every node partition ahead of the slowest in
+    memory; aligned, that is at most this much event time of the fleet's usage, however long
+    the backlog. Live, the partitions are seconds apart and none is paused. Keep it well
+    above `GPUWATCH_SOURCE_IDLE_AFTER_S`: a partition whose nodes stopped is only taken for
+    idle once the others are that far past it."""
+    align_stuck_s: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds the lowest stream time may stay still while partitions are paused for it
+    before they are read again anyway (`gpuwatch_alignment_released_total`): a slowest
+    partition that does not move (its worker gone, its records stuck) must not stop the
+    others."""
 
 
 class SinkSettings(BaseModel):
@@ -541,6 +554,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_WORKER_SINKS": ("worker", "sinks"),
     "GPUWATCH_WORKER_INPUT_END_MS": ("worker", "input_end_ms"),
     "GPUWATCH_WORKER_STALL_LIMIT_S": ("worker", "stall_limit_s"),
+    "GPUWATCH_WORKER_ALIGN_AHEAD_S": ("worker", "align_ahead_s"),
+    "GPUWATCH_WORKER_ALIGN_STUCK_S": ("worker", "align_stuck_s"),
     "GPUWATCH_SINK_METRICS_PORT": ("sink", "metrics_port"),
     "GPUWATCH_SINK_EXPORTER_PORT": ("sink", "exporter_port"),
     "GPUWATCH_SINK_STALL_LIMIT_S": ("sink", "stall_limit_s"),

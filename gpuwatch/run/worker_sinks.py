@@ -40,6 +40,9 @@ def pipeline_counts(counters: Counters) -> PipelineCounts:
         "gpuwatch_delivery_failures": {
             key: float(n) for key, n in counters.delivery_failures.copy().items()
         },
+        "gpuwatch_alignment_paused_partitions": {(): float(counters.aligned_paused)},
+        "gpuwatch_alignment_pauses": {(): float(counters.alignment_pauses)},
+        "gpuwatch_alignment_released": {(): float(counters.alignment_released)},
     }
 
 

@@ -142,6 +142,24 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "class (the worker stops after the first)",
         ("topic", "reason"),
     ),
+    "gpuwatch_alignment_paused_partitions": (
+        "gauge",
+        "Node partitions not read now: their stream time ran ahead of the slowest one's by "
+        "more than GPUWATCH_WORKER_ALIGN_AHEAD_S (a backlog worked off)",
+        (),
+    ),
+    "gpuwatch_alignment_pauses": (
+        "counter",
+        "Times a node partition was paused for running ahead of the slowest one",
+        (),
+    ),
+    "gpuwatch_alignment_released": (
+        "counter",
+        "Times the paused node partitions were read again because the slowest one's stream "
+        "time stood still for GPUWATCH_WORKER_ALIGN_STUCK_S (memory is no longer bounded "
+        "then)",
+        (),
+    ),
     "gpuwatch_alerts": (
         "counter",
         "In-stream alert messages",

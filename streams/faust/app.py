@@ -14,16 +14,18 @@ no standby replicas; no web server; Faust reads no environment variables of its 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import msgspec
 from faust.types import TP
 from mode import CrashingSupervisor
 
@@ -38,8 +40,10 @@ from schemas.topics import (
     POD_USAGE,
     SINK_TOPICS,
 )
+from streams.core.alignment import Alignment
 from streams.core.integrals import PriceBook
 from streams.core.progress import Stalls
+from streams.core.ticks import decode_tick
 from streams.faust.batches import Batches
 from streams.faust.consumer import rewinding_consumer
 from streams.faust.inbox import Inbox, Inboxes
@@ -63,6 +67,7 @@ from streams.runtime.agent_loop import (
     STATE_EVERY_S,
     AgentLoop,
     Make,
+    Received,
 )
 
 __all__ = [
@@ -325,6 +330,7 @@ def build(
         flush=kafka.flush,
         inputs=(*node_inputs, *pod_inputs),
     )
+    align = _aligner(app, settings, node_loop, counters, tick_name)
     node_inbox = Inbox("node", (*node_inputs, tick_name))
     pod_inbox = Inbox("pod", (*pod_reads, tick_name))
     inboxes = Inboxes(app, (node_inbox, pod_inbox))
@@ -336,13 +342,13 @@ def build(
     # worker exits without storing state or committing past them: Faust's default
     # supervisor would start the loop again in this process, its processors past the
     # records lost.
-    for name, topics, agent_loop, inbox in (
-        ("gpuwatch-node", node_inbox.topics, node_loop, node_inbox),
-        ("gpuwatch-pod", pod_inbox.topics, pod_loop, pod_inbox),
+    for name, topics, agent_loop, inbox, after in (
+        ("gpuwatch-node", node_inbox.topics, node_loop, node_inbox, align),
+        ("gpuwatch-pod", pod_inbox.topics, pod_loop, pod_inbox, None),
     ):
         channel = app.topic(*sorted(topics), **_RAW)
         app.agent(channel, name=name, supervisor_strategy=CrashingSupervisor)(
-            _agent_body(agent_loop, inboxes, inbox)
+            _agent_body(agent_loop, inboxes, inbox, after)
         )
     app.timer(settings.worker.tick_interval_s, name="gpuwatch-ticks")(ticks.tick)
     if stalls is not None:
@@ -354,14 +360,74 @@ def build(
     return WorkerRuntime(app, counters, node_loop, pod_loop, ticks)
 
 
-def _agent_body(loop: AgentLoop, inboxes: Inboxes, inbox: Inbox) -> Callable[[Any], Any]:
-    """A Faust agent running `loop` on the batches of its inbox (its stream stays unread)."""
+AfterBatch = Callable[[Sequence[Received]], None]
+
+
+def _agent_body(
+    loop: AgentLoop, inboxes: Inboxes, inbox: Inbox, after: AfterBatch | None = None
+) -> Callable[[Any], Any]:
+    """A Faust agent running `loop` on the batches of its inbox (its stream stays unread);
+    `after` is called with each batch once the loop has processed it."""
 
     async def body(stream: Any) -> None:
-        await loop.run(inboxes.batches(inbox, BATCH_MAX, BATCH_WITHIN_S))
+        batches = inboxes.batches(inbox, BATCH_MAX, BATCH_WITHIN_S)
+        await loop.run(batches if after is None else _after_each(batches, after))
 
     body.__name__ = body.__qualname__ = f"{inbox.name}_agent"
     return body
+
+
+async def _after_each(
+    batches: AsyncIterator[list[Any]], after: AfterBatch
+) -> AsyncIterator[list[Any]]:
+    """The batches, `after` called on each when the next is asked for (it is processed)."""
+    async with contextlib.aclosing(cast(Any, batches)):
+        async for batch in batches:
+            yield batch
+            after(batch)
+
+
+def _aligner(
+    app: Any, settings: Settings, node_loop: AgentLoop, counters: Counters, tick_topic: str
+) -> AfterBatch | None:
+    """Watermark alignment after each node batch (`streams.core.alignment`): the node
+    partitions ahead of the slowest are left out of the consumer's fetches. None when
+    `align_ahead_s` is 0."""
+    worker = settings.worker
+    if worker.align_ahead_s <= 0:
+        return None
+    alignment = Alignment(
+        settings.kafka.partitions, worker.align_ahead_s * 1000, worker.align_stuck_s
+    )
+    samples = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
+    paused: frozenset[int] = frozenset()
+
+    def after(batch: Sequence[Received]) -> None:
+        nonlocal paused
+        for message in batch:
+            if message.topic == tick_topic:
+                with contextlib.suppress(msgspec.DecodeError):  # dead-lettered by the loop
+                    tick = decode_tick(message.value or b"")
+                    alignment.heard(tick.claims, tick.idle)
+        local = {
+            partition: cast(NodePartition, processor).claim()
+            for partition, processor in node_loop.partitions.items()
+        }
+        now = alignment.decide(local)
+        counters.alignment_pauses = alignment.pauses
+        counters.alignment_released = alignment.released
+        counters.aligned_paused = len(now)
+        if now != paused:
+            # Behind a backlog the set changes every few batches: its start and end at info.
+            level = logging.INFO if bool(now) != bool(paused) else logging.DEBUG
+            log.log(
+                level, "alignment paused=%s lowest=%s released=%d",
+                sorted(now), alignment.lowest, alignment.released,
+            )  # fmt: skip
+            paused = now
+            app.consumer.unread = frozenset(TP(samples, partition) for partition in now)
+
+    return after
 
 
 def _connect_app_signals(

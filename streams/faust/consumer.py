@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from streams.faust.inbox import Inboxes
-from streams.faust.internals import drain_messages, replace_read_offsets, seek_to_beginning
+from streams.faust.internals import (
+    drain_messages,
+    getmany_leaving,
+    replace_read_offsets,
+    seek_to_beginning,
+)
 
 __all__ = ["ReadOffsets", "rewinding_consumer"]
 
@@ -66,7 +71,8 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
     back to the committed offsets to read them again; aiokafka skips that seek for a
     partition without a commit (or committed at 0), so those records were lost for the
     group. Such a partition is read again from its beginning, as a new group would.
-    `rewind` reads a partition again for the agent loop (`ReadOffsets`).
+    `rewind` reads a partition again for the agent loop (`ReadOffsets`). The partitions in
+    `unread` are left out of its fetches (watermark alignment, `streams.core.alignment`).
     """
 
     class RewindingConsumer(base):  # type: ignore[misc]
@@ -76,6 +82,12 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
             super().__init__(*args, **kwargs)
             self.read_offsets = ReadOffsets()
             replace_read_offsets(self, self.read_offsets)
+            self.unread: frozenset[Any] = frozenset()
+            """Partitions left out of the fetches for now (watermark alignment)."""
+
+        async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
+            # Faust's signature, its `timeout` name included.
+            return await getmany_leaving(super()._getmany, active_partitions, timeout, self.unread)
 
         async def seek_to_committed(self) -> Any:
             committed = await super().seek_to_committed()

@@ -23,6 +23,7 @@ __all__ = [
     "bound_signal_handlers",
     "committed_offset",
     "drain_messages",
+    "getmany_leaving",
     "replace_read_offsets",
     "seek_to_beginning",
     "use_consumer_class",
@@ -127,6 +128,36 @@ async def drain_messages(
             raise
     finally:
         unset_flag(CONSUMER_FETCHING)
+
+
+UNREAD_WAIT_S = 0.1  # every active partition left unread: look again this soon
+
+
+async def getmany_leaving(
+    getmany: Callable[[Any, float], Awaitable[Any]],
+    active: Any,
+    within: float,
+    unread: frozenset[Any],
+) -> Any:
+    """Faust's `Consumer._getmany(active_partitions, timeout)`, the partitions of `unread`
+    left out (watermark alignment, `streams.core.alignment`).
+
+    Faust's fetch loop asks its consumer thread for the records of its active partitions
+    (`ThreadDelegateConsumer._getmany`), and aiokafka hands over only those
+    (`Fetcher.fetched_records`): the records of the others stay in its fetch buffer, one
+    fetch per partition at most, and nothing more is fetched for them until they are read.
+    Faust's own `pause_partitions` would do as much, but its table recovery resumes the
+    partitions it paused, and it would resume ours with them. An empty set means every
+    partition to aiokafka: when every active partition is left out, nothing is asked, and
+    the loop looks again shortly, as Faust's does with no active partition.
+    """
+    if unread and active:
+        wanted = set(active) - unread
+        if not wanted:
+            await asyncio.sleep(min(within, UNREAD_WAIT_S))
+            return {}
+        active = wanted
+    return await getmany(active, within)
 
 
 def replace_read_offsets(consumer: Any, offsets: Any) -> None:

@@ -93,6 +93,12 @@ class Counters:
     delivery_failures: dict[tuple[str, str], int] = field(default_factory=dict)
     """Record batches the broker did not take, by (topic, error class) (the metric
     `gpuwatch_delivery_failures_total`): the worker stops after the first."""
+    aligned_paused: int = 0
+    """Node partitions not read now, ahead of the slowest (`streams.core.alignment`)."""
+    alignment_pauses: int = 0
+    """Times a node partition was paused for running ahead of the slowest."""
+    alignment_released: int = 0
+    """Times the paused partitions were read again because the slowest stood still."""
 
 
 class Source(NamedTuple):

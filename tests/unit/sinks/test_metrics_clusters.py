@@ -36,6 +36,9 @@ PIPELINE = {  # the worker's own families: no cluster
     "gpuwatch_revisions",
     "gpuwatch_late_applied_events",
     "gpuwatch_delivery_failures",
+    "gpuwatch_alignment_paused_partitions",
+    "gpuwatch_alignment_pauses",
+    "gpuwatch_alignment_released",
 }  # fmt: skip
 
 
