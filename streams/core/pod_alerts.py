@@ -139,6 +139,8 @@ def evaluate(
     `before` is the state before the step (None for a new pod), `after` the state the
     lifecycle step left, with its transitions in order.
     """
+    if not transitions and (after.queued_alert_since is None or after.queued_alert_firing):
+        return after, []  # no transition, and no queued alert that could fall due: no change
     pod = f"{after.namespace}/{after.name}"
     queued_ms = rules.queued_alert_after_s * 1000
     queued_since, queued_firing = after.queued_alert_since, after.queued_alert_firing

@@ -67,7 +67,9 @@ def _added(totals: GpuTotals | None, gpu: GpuUsage, fraction: float) -> GpuTotal
         uuid=gpu.uuid,
         model=gpu.model,
         sharing=gpu.sharing,
-        method=least_precise([totals.method, gpu.method]),
+        method=totals.method
+        if totals.method == gpu.method
+        else least_precise([totals.method, gpu.method]),
         allocated_seconds=totals.allocated_seconds + gpu.allocated_seconds * fraction,
         used_gpu_seconds=totals.used_gpu_seconds + gpu.used_gpu_seconds * fraction,
         idle_seconds=totals.idle_seconds + gpu.idle_seconds * fraction,
