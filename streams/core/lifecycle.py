@@ -109,8 +109,10 @@ def _settle(state: PodState, ts: int, rules: RuleSettings) -> tuple[PodState, li
     if target is None:
         return state, []
     to, reason, at = target
-    steps: list[tuple[LifecycleState, str | None, int]] = []
     stalled_idle = to == "stalled" and reason == IDLE
+    if not stalled_idle and to == state.state and reason == state.reason:
+        return state, []  # already there (most inputs): `_move` would change nothing
+    steps: list[tuple[LifecycleState, str | None, int]] = []
     if stalled_idle and at > ts and (state.state, state.reason) != ("stalled", IDLE):
         steps.append(("running", None, ts))  # it ran (or stopped crash-looping) before
     elif (

@@ -93,7 +93,8 @@ def step_usage(
     after, out = _finish(state, after, transitions, rules=rules, windows=windows, now_ms=None)
     if revised:
         out.attributions[:0] = pod_attribution.revision_records(after, revised, windows)
-    return after, out._replace(late_usage=int(outcome == "late"), revisions=len(revised))
+    late = int(outcome == "late")  # built whole: NamedTuple._replace costs more than the step
+    return after, PodOutputs(out.lifecycle, out.attributions, out.alerts, late, len(revised))
 
 
 def step_watermark(
