@@ -19,7 +19,7 @@ from schemas.fields import DEFAULT_CLUSTER
 from schemas.gpu_window import GpuWindow, PodWindowShare
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading
-from streams.core.integrals import GpuIntegrals, SampleIntegrals, scaled, share_mean
+from streams.core.integrals import GpuIntegrals, SampleIntegrals, share_mean
 from streams.core.windows import closable, is_late, split_interval
 
 __all__ = ["GpuWindowAcc", "GpuWindows", "KeptWindow", "PodWindowAcc"]
@@ -90,17 +90,48 @@ class GpuWindowAcc(msgspec.Struct, gc=False):
         pods = self.pods
         for p in gpu.pods:
             acc = pods.get(p.uid)
-            if acc is None:
-                acc = pods[p.uid] = PodWindowAcc(p.uid)
-            if not acc.pod:
-                name = names.get(p.uid)
-                if name is not None:
-                    acc.namespace, acc.pod = name
+            if acc is None or not acc.pod:
+                acc = self._named(p.uid, names)
             acc.allocated_seconds += p.allocated_seconds
             acc.used_gpu_seconds += p.used_gpu_seconds
             acc.share_seconds += p.share_seconds
             acc.idle_seconds += p.idle_seconds
             acc.vram_peak_bytes = max(acc.vram_peak_bytes, p.vram_peak_bytes)
+
+    def add_part(self, gpu: GpuIntegrals, f: float, names: dict[PodUid, tuple[str, str]]) -> None:
+        """`add(scaled(gpu, f), names)` without making the scaled integrals: the same
+        products (`scaled`'s), added in the same order, so the same sums."""
+        self.seconds += gpu.seconds * f
+        self.busy_seconds += gpu.busy_seconds * f
+        self.idle_seconds += gpu.idle_seconds * f
+        self.allocated_seconds += gpu.allocated_seconds * f
+        self.allocated_idle_seconds += gpu.allocated_idle_seconds * f
+        self.unallocated_seconds += gpu.unallocated_seconds * f
+        self.util_seconds += gpu.util_seconds * f
+        self.util_known_seconds += gpu.util_known_seconds * f
+        self.attributed_seconds += gpu.attributed_seconds * f
+        self.unattributed_seconds += gpu.unattributed_seconds * f
+        pods = self.pods
+        for p in gpu.pods:
+            acc = pods.get(p.uid)
+            if acc is None or not acc.pod:
+                acc = self._named(p.uid, names)
+            acc.allocated_seconds += p.allocated_seconds * f
+            acc.used_gpu_seconds += p.used_gpu_seconds * f
+            acc.share_seconds += p.share_seconds * f
+            acc.idle_seconds += p.idle_seconds * f
+            acc.vram_peak_bytes = max(acc.vram_peak_bytes, p.vram_peak_bytes)
+
+    def _named(self, uid: PodUid, names: dict[PodUid, tuple[str, str]]) -> PodWindowAcc:
+        """The pod's bucket, made if new, named from the sample's allocations if unnamed."""
+        acc = self.pods.get(uid)
+        if acc is None:
+            acc = self.pods[uid] = PodWindowAcc(uid)
+        if not acc.pod:
+            name = names.get(uid)
+            if name is not None:
+                acc.namespace, acc.pod = name
+        return acc
 
     def close(self, cluster: str = DEFAULT_CLUSTER, revision: int = 0) -> GpuWindow:
         """The `gpu.window` record of this window, of a GPU of `cluster`; pods in uid order,
@@ -206,20 +237,24 @@ class GpuWindows:
                     late = True
                     continue
                 for gpu, integrals in sample.gpus:
-                    piece = integrals if whole else scaled(integrals, part.fraction)
                     kept = self.revisable.get((gpu.uuid, start))
                     if kept is None:
                         fresh = KeptWindow(self._acc(sample.node, gpu, start))
                         kept = self.revisable[(gpu.uuid, start)] = fresh
-                    kept.acc.add(piece, names)
+                    if whole:
+                        kept.acc.add(integrals, names)
+                    else:
+                        kept.acc.add_part(integrals, part.fraction, names)
                     kept.revised = True
                 continue
             for gpu, integrals in sample.gpus:
-                piece = integrals if whole else scaled(integrals, part.fraction)
                 acc = store.get((gpu.uuid, start))
                 if acc is None:
                     acc = self._bucket(sample.node, gpu, start)
-                acc.add(piece, names)
+                if whole:
+                    acc.add(integrals, names)
+                else:
+                    acc.add_part(integrals, part.fraction, names)
         return late
 
     def revisions(self, until: int | None = None) -> list[GpuWindow]:

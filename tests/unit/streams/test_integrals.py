@@ -13,6 +13,7 @@ from readings import GIB, H100, IDLE_PCT, A, B, C, D, gpu, proc
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuReading, NvmlSample
 from schemas.prices import BUILTIN_PRICES, PriceOverride, PriceTable
+from streams.core.gpu_windows import GpuWindowAcc
 from streams.core.integrals import (
     GpuIntegrals,
     PodIntegrals,
@@ -284,3 +285,22 @@ def test_a_sample_integrates_each_gpu_as_its_split_does_to_the_bit(
     price = PriceBook(BUILTIN_PRICES).node(s.node).usd_per_hour(g.model, g.mig_profile)
     want = integrate(split, s.interval_ms / 1000, g.power_w, price)
     assert msgspec.json.encode(got) == msgspec.json.encode(want)
+
+
+@given(GPUS, HOLDERS, SECONDS, st.floats(0, 1), st.floats(0, 1))
+def test_a_window_bucket_adds_a_piece_as_the_scaled_integrals_to_the_bit(
+    g: GpuReading, holders: list[PodUid], seconds: float, first: float, cut: float
+) -> None:
+    # A bucket adds a piece of an interval by fraction without making the scaled integrals
+    # (`GpuWindowAcc.add_part`): its sums must be those of adding `scaled` exactly (gpu.window
+    # records are compared byte for byte), after a whole interval and after a piece too.
+    integrals = integrate(split_gpu(g, holders, IDLE_PCT), seconds, g.power_w, 4.0)
+    names = {uid: ("ml", str(uid)) for uid in holders[:1]}
+    direct, made = (GpuWindowAcc(g.uuid, NodeName("n"), g.model, None, 0, 60_000) for _ in "ab")
+    for acc in (direct, made):
+        acc.add(integrals, names)
+    direct.add_part(integrals, first, names)
+    made.add(scaled(integrals, first), names)
+    direct.add_part(integrals, cut, {})
+    made.add(scaled(integrals, cut), {})
+    assert msgspec.json.encode(direct) == msgspec.json.encode(made)
