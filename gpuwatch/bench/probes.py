@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -29,17 +29,31 @@ from sinks.redis.keys import RedisKeys
 from streams.faust.clients import TopicPartition, aiokafka_consumer
 
 __all__ = [
+    "Baseline",
+    "BaselineError",
     "CommitWatcher",
     "DecodeRun",
     "LatencyProbe",
     "Offsets",
     "Poller",
+    "attempt",
     "bare_consumer",
     "faust_floor",
+    "floor_groups",
+    "floor_process",
+    "floor_settings",
     "remaining",
 ]
 
 READ_DEADLINE_S = 600.0  # the baselines read the full backlog in seconds; a loaded box more
+FLOOR_APP_SUFFIX = {False: "", True: "-inbox"}
+"""Added to the app id of each Faust floor: each reads in a consumer group of its own
+(`{app_id}{suffix}-floor`, `streams.faust.floor`), from the start. In one group the second
+floor began at the first one's commits, at the end of most partitions, and waited there."""
+
+
+class BaselineError(RuntimeError):
+    """A baseline did not read the backlog: its figures are unknown, the run's stand."""
 
 
 class Offsets:
@@ -201,6 +215,22 @@ class DecodeRun:
         return self.cpu_seconds / self.gpu_samples * 1e6
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline's reading, or why there is none."""
+
+    run: DecodeRun | None
+    error: str | None = None
+
+
+def attempt(read: Callable[[], DecodeRun]) -> Baseline:
+    """The baseline `read` returns, or its failure as an error (the run goes on)."""
+    try:
+        return Baseline(read())
+    except BaselineError as exc:
+        return Baseline(None, str(exc))
+
+
 def remaining(ends: Mapping[int, int]) -> dict[int, int]:
     """The last offset of each partition a reader must reach (partitions with data only)."""
     return {p: end - 1 for p, end in ends.items() if end > 0}
@@ -230,7 +260,10 @@ async def bare_consumer(settings: Settings, topic: str, ends: Mapping[int, int])
         started, cpu = time.monotonic(), time.process_time()
         while left:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the baseline did not reach the end of {sorted(left)}")
+                raise BaselineError(
+                    f"the bare consumer did not reach the end of partitions {sorted(left)} "
+                    f"within {READ_DEADLINE_S:.0f} s"
+                )
             batches = await consumer.getmany(timeout_ms=1000)
             for tp, records in batches.items():
                 for record in records:
@@ -242,6 +275,18 @@ async def bare_consumer(settings: Settings, topic: str, ends: Mapping[int, int])
         await consumer.stop()
 
 
+def floor_settings(settings: Settings, *, inbox: bool) -> Settings:
+    """The settings a Faust floor runs with: an app id, so a consumer group, of its own."""
+    kafka = settings.kafka
+    app_id = f"{kafka.app_id}{FLOOR_APP_SUFFIX[inbox]}"
+    return settings.model_copy(update={"kafka": kafka.model_copy(update={"app_id": app_id})})
+
+
+def floor_groups(settings: Settings) -> list[str]:
+    """The consumer groups of the two Faust floors (`streams.faust.floor` adds `-floor`)."""
+    return [f"{floor_settings(settings, inbox=i).kafka.app_id}-floor" for i in (False, True)]
+
+
 def faust_floor(
     settings: Settings,
     redis_url: str,
@@ -249,21 +294,35 @@ def faust_floor(
     ends: Mapping[int, int],
     *,
     inbox: bool = False,
+    deadline_s: float = READ_DEADLINE_S,
 ) -> DecodeRun:
     """A Faust floor (`gpuwatch.bench.floor`) on `topic` until every partition's end; with
-    `inbox`, the records delivered as the worker's agents get them."""
+    `inbox`, the records delivered as the worker's agents get them. BaselineError when it
+    fails or has not read them all within `deadline_s`."""
     argv = [sys.executable, "-m", "gpuwatch.bench.floor", topic, json.dumps(remaining(ends))]
     argv += ["inbox"] if inbox else []
-    done = subprocess.run(
-        argv,
-        env=worker_env(settings, redis_url),
-        capture_output=True,
-        text=True,
-        timeout=READ_DEADLINE_S,
-        check=False,
-    )
+    name = "inbox floor" if inbox else "Faust floor"
+    env = worker_env(floor_settings(settings, inbox=inbox), redis_url)
+    return floor_process(name, argv, env, deadline_s)
+
+
+def floor_process(name: str, argv: list[str], env: dict[str, str], deadline_s: float) -> DecodeRun:
+    """Run a floor's process to its end; its figures (its last JSON line).
+
+    BaselineError when it exits with an error or without figures, or runs past
+    `deadline_s` (then it is killed)."""
+    try:
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=deadline_s, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        raise BaselineError(
+            f"the {name} had not read the backlog within {deadline_s:g} s (killed)"
+            + (f": {stderr[-500:]}" if stderr else "")
+        ) from exc
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the Faust floor failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise BaselineError(f"the {name} failed ({done.returncode}): {done.stderr[-1000:]}")
     figures = json.loads(lines[-1])
     return DecodeRun(figures["seconds"], figures["cpu_seconds"], figures["gpu_samples"])

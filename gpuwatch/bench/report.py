@@ -60,16 +60,17 @@ class WorkerResult:
     sink_kafka_errors: int | None
     """Polls and commits Kafka refused the sink over the backlog, and consumers it made
     anew (its `gpuwatch_sink_kafka_errors_total`); None: its /metrics did not answer."""
-    baseline_gpu_samples_per_s: float
-    """A bare aiokafka consumer reading and decoding the same backlog."""
-    baseline_cpu_us_per_gpu_sample: float
-    faust_floor_gpu_samples_per_s: float
+    baseline_gpu_samples_per_s: float | None
+    """A bare aiokafka consumer reading and decoding the same backlog (None: it failed,
+    `baseline_error` says why; likewise each floor)."""
+    baseline_cpu_us_per_gpu_sample: float | None
+    faust_floor_gpu_samples_per_s: float | None
     """A Faust agent that only decodes, on the same backlog: the framework's ceiling."""
-    faust_floor_cpu_us_per_gpu_sample: float
-    inbox_floor_gpu_samples_per_s: float
+    faust_floor_cpu_us_per_gpu_sample: float | None
+    inbox_floor_gpu_samples_per_s: float | None
     """The same agent with the records delivered as the worker's agents get them (the
     agents' inboxes, `streams.faust.inbox`): the ceiling of the worker's own path."""
-    inbox_floor_cpu_us_per_gpu_sample: float
+    inbox_floor_cpu_us_per_gpu_sample: float | None
     paced_target_gpu_samples_per_s: float
     paced_achieved_gpu_samples_per_s: float
     """What the one paced producer sent."""
@@ -90,21 +91,29 @@ class WorkerResult:
     rss_mb_per_10k_pods: float
     producer_cpu_us_per_gpu_sample: float
     producer_figure: str
+    baseline_error: str | None = None
+    """Why the bare consumer has no figures (it failed or ran past its deadline)."""
+    faust_floor_error: str | None = None
+    inbox_floor_error: str | None = None
 
     @property
-    def ratio(self) -> float:
-        """Worker over the bare consumer."""
-        return self.gpu_samples_per_s / self.baseline_gpu_samples_per_s
+    def ratio(self) -> float | None:
+        """Worker over the bare consumer (None without its figure)."""
+        return _over(self.gpu_samples_per_s, self.baseline_gpu_samples_per_s)
 
     @property
-    def ratio_to_faust_floor(self) -> float:
+    def ratio_to_faust_floor(self) -> float | None:
         """Worker over the Faust floor."""
-        return self.gpu_samples_per_s / self.faust_floor_gpu_samples_per_s
+        return _over(self.gpu_samples_per_s, self.faust_floor_gpu_samples_per_s)
 
     @property
-    def ratio_to_inbox_floor(self) -> float:
+    def ratio_to_inbox_floor(self) -> float | None:
         """Worker over the floor of its own delivery path."""
-        return self.gpu_samples_per_s / self.inbox_floor_gpu_samples_per_s
+        return _over(self.gpu_samples_per_s, self.inbox_floor_gpu_samples_per_s)
+
+
+def _over(rate: float, baseline: float | None) -> float | None:
+    return None if not baseline else rate / baseline
 
 
 @dataclass(frozen=True)
@@ -167,15 +176,31 @@ def format_worker(
             f"({r.worker_cpu_us_per_gpu_sample:.0f} us CPU each, {r.worker_cores:.2f} cores, "
             f"{r.drain_s:.0f} s)  target {TARGET_GPU_SAMPLES_PER_S}: "
             f"{_met(r.gpu_samples_per_s >= TARGET_GPU_SAMPLES_PER_S)}",
-            f"  baseline, bare decode  {r.baseline_gpu_samples_per_s:9.0f} GPU-samples/s "
-            f"({r.baseline_cpu_us_per_gpu_sample:.1f} us CPU each)",
-            f"  Faust floor, decode    {r.faust_floor_gpu_samples_per_s:9.0f} GPU-samples/s "
-            f"({r.faust_floor_cpu_us_per_gpu_sample:.1f} us CPU each; through Faust's stream)",
-            f"  inbox floor, decode    {r.inbox_floor_gpu_samples_per_s:9.0f} GPU-samples/s "
-            f"({r.inbox_floor_cpu_us_per_gpu_sample:.1f} us CPU each; the worker's path)",
-            f"  ratio worker/baseline  {r.ratio:9.3f}  target {TARGET_RATIO}: "
-            f"{_met(r.ratio >= TARGET_RATIO)}  (worker/Faust floor {r.ratio_to_faust_floor:.3f}, "
-            f"worker/inbox floor {r.ratio_to_inbox_floor:.3f})",
+            _baseline(
+                "baseline, bare decode ",
+                r.baseline_gpu_samples_per_s,
+                r.baseline_cpu_us_per_gpu_sample,
+                "",
+                r.baseline_error,
+            ),
+            _baseline(
+                "Faust floor, decode   ",
+                r.faust_floor_gpu_samples_per_s,
+                r.faust_floor_cpu_us_per_gpu_sample,
+                "; through Faust's stream",
+                r.faust_floor_error,
+            ),
+            _baseline(
+                "inbox floor, decode   ",
+                r.inbox_floor_gpu_samples_per_s,
+                r.inbox_floor_cpu_us_per_gpu_sample,
+                "; the worker's path",
+                r.inbox_floor_error,
+            ),
+            f"  ratio worker/baseline  {_ratio(r.ratio, 9)}  target {TARGET_RATIO}: "
+            f"{_met(r.ratio is not None and r.ratio >= TARGET_RATIO)}  "
+            f"(worker/Faust floor {_ratio(r.ratio_to_faust_floor)}, "
+            f"worker/inbox floor {_ratio(r.ratio_to_inbox_floor)})",
             f"  paced {r.paced_seconds:.0f} s at {r.paced_target_gpu_samples_per_s:.0f}/s: "
             f"sent {r.paced_achieved_gpu_samples_per_s:.0f}/s, worker "
             f"{r.paced_processed_gpu_samples_per_s:.0f}/s, {kept}",
@@ -195,6 +220,18 @@ def format_worker(
             *([] if alerts is None else format_alerts(alerts)),
         ]
     )
+
+
+def _baseline(
+    label: str, rate: float | None, cpu_us: float | None, note: str, error: str | None
+) -> str:
+    if rate is None or cpu_us is None:
+        return f"  {label} no figure: {error or 'not run'}"
+    return f"  {label} {rate:9.0f} GPU-samples/s ({cpu_us:.1f} us CPU each{note})"
+
+
+def _ratio(ratio: float | None, width: int = 0) -> str:
+    return f"{'n/a':>{width}}" if ratio is None else f"{ratio:{width}.3f}"
 
 
 def _cores(cores: float | None) -> str:
@@ -228,17 +265,18 @@ def write_plot(run: WorkerRun, path: Path) -> None:
     ]
     values = [
         r.gpu_samples_per_s,
-        r.faust_floor_gpu_samples_per_s,
-        r.inbox_floor_gpu_samples_per_s,
-        r.baseline_gpu_samples_per_s,
+        r.faust_floor_gpu_samples_per_s or 0.0,  # a failed baseline: no bar
+        r.inbox_floor_gpu_samples_per_s or 0.0,
+        r.baseline_gpu_samples_per_s or 0.0,
     ]
     bars = left.bar(names, values, color=["#4c72b0", "#dd8452", "#55a868", "#999999"])
     left.axhline(TARGET_GPU_SAMPLES_PER_S, color="#c44e52", linestyle="--", label="target")
     for bar, value in zip(bars, values, strict=True):
-        left.annotate(f"{value:,.0f}", (bar.get_x() + bar.get_width() / 2, value), ha="center")
+        if value > 0:
+            left.annotate(f"{value:,.0f}", (bar.get_x() + bar.get_width() / 2, value), ha="center")
     left.set_yscale("log")
     left.set_ylabel("GPU-samples / s (log)")
-    left.set_title(f"throughput, one process (worker/baseline {r.ratio:.3f})")
+    left.set_title(f"throughput, one process (worker/baseline {_ratio(r.ratio)})")
     left.legend(loc="upper left")
     latencies = sorted(ms / 1000 for _, ms in run.latencies.samples)
     if latencies:

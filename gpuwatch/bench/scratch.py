@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from gpuwatch.bench.probes import floor_groups
 from gpuwatch.kafka import admin, create_topics
 from schemas.settings import Settings
 from sinks.redis import client as redis_client
@@ -59,7 +60,7 @@ def cleanup(scoped: Settings) -> None:
         if names:
             client.delete_topics(names)
         known = {g["group_id"] for g in client.list_groups()}
-        mine = (kafka.app_id, redis_group(scoped), f"{kafka.app_id}-floor")
+        mine = (kafka.app_id, redis_group(scoped), *floor_groups(scoped))
         if groups := [g for g in mine if g in known]:
             client.delete_groups(groups)
     finally:

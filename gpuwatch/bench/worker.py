@@ -19,7 +19,10 @@ The run, on topics, an app id and a Redis database of its own (all removed after
    bounds (`e2e_censored`);
 5. the worker and the sink stop; the baselines read the same backlog: a bare aiokafka
    consumer that only decodes each sample, and two Faust floors, a Faust agent that only
-   decodes, its records through Faust's stream, then through an inbox as the worker's;
+   decodes, its records through Faust's stream, then through an inbox as the worker's,
+   each floor in a consumer group of its own. A baseline that fails or runs past its
+   deadline leaves its figures null and says why (`baseline_error`, `faust_floor_error`,
+   `inbox_floor_error`); the run's other figures stand;
 6. two workers in one group on fresh topics work the same backlog off
    (`gpuwatch.bench.scale`);
 7. the idle-alert latency on a few nodes, with a private Prometheus
@@ -44,9 +47,10 @@ from gpuwatch.bench.backlog import Drain, drain_backlog, drain_deadline_s, wait_
 from gpuwatch.bench.figures import drain_rate, kept_up, latencies_ms, percentile
 from gpuwatch.bench.fleet import Fleet, PacedResult, build_fleet, pace
 from gpuwatch.bench.probes import (
+    Baseline,
     CommitWatcher,
-    DecodeRun,
     LatencyProbe,
+    attempt,
     bare_consumer,
     faust_floor,
 )
@@ -292,23 +296,34 @@ def _one_worker(
             )
         say("baselines: bare aiokafka consumer, Faust floor, inbox floor")
         samples = NVML_SAMPLES.full_name(scoped.kafka.topic_prefix)
-        bare = asyncio.run(bare_consumer(scoped, samples, drain.ends))
-        floor = faust_floor(scoped, redis_url, samples, drain.ends)
-        inbox = faust_floor(scoped, redis_url, samples, drain.ends, inbox=True)
-    return WorkerRun(_with_baselines(run.result, bare, floor, inbox), run.latencies)
+        bare = attempt(lambda: asyncio.run(bare_consumer(scoped, samples, drain.ends)))
+        floor = attempt(lambda: faust_floor(scoped, redis_url, samples, drain.ends))
+        inbox = attempt(lambda: faust_floor(scoped, redis_url, samples, drain.ends, inbox=True))
+    return WorkerRun(with_baselines(run.result, bare, floor, inbox), run.latencies)
 
 
-def _with_baselines(
-    result: WorkerResult, bare: DecodeRun, floor: DecodeRun, inbox: DecodeRun
+def with_baselines(
+    result: WorkerResult, bare: Baseline, floor: Baseline, inbox: Baseline
 ) -> WorkerResult:
+    """The result with the baselines' figures; a failed one's null, with its error."""
+
+    def rate(b: Baseline) -> float | None:
+        return None if b.run is None else b.run.gpu_samples_per_s
+
+    def cpu(b: Baseline) -> float | None:
+        return None if b.run is None else b.run.cpu_us_per_gpu_sample
+
     return replace(
         result,
-        baseline_gpu_samples_per_s=bare.gpu_samples_per_s,
-        baseline_cpu_us_per_gpu_sample=bare.cpu_us_per_gpu_sample,
-        faust_floor_gpu_samples_per_s=floor.gpu_samples_per_s,
-        faust_floor_cpu_us_per_gpu_sample=floor.cpu_us_per_gpu_sample,
-        inbox_floor_gpu_samples_per_s=inbox.gpu_samples_per_s,
-        inbox_floor_cpu_us_per_gpu_sample=inbox.cpu_us_per_gpu_sample,
+        baseline_gpu_samples_per_s=rate(bare),
+        baseline_cpu_us_per_gpu_sample=cpu(bare),
+        baseline_error=bare.error,
+        faust_floor_gpu_samples_per_s=rate(floor),
+        faust_floor_cpu_us_per_gpu_sample=cpu(floor),
+        faust_floor_error=floor.error,
+        inbox_floor_gpu_samples_per_s=rate(inbox),
+        inbox_floor_cpu_us_per_gpu_sample=cpu(inbox),
+        inbox_floor_error=inbox.error,
     )
 
 
@@ -404,12 +419,12 @@ def _result(
         sink_rss_mb=sink.rss_mb,
         sink_rss_peak_mb=sink.peak_mb,
         sink_kafka_errors=sink.kafka_errors,
-        baseline_gpu_samples_per_s=0.0,
-        baseline_cpu_us_per_gpu_sample=0.0,
-        faust_floor_gpu_samples_per_s=0.0,
-        faust_floor_cpu_us_per_gpu_sample=0.0,
-        inbox_floor_gpu_samples_per_s=0.0,
-        inbox_floor_cpu_us_per_gpu_sample=0.0,
+        baseline_gpu_samples_per_s=None,
+        baseline_cpu_us_per_gpu_sample=None,
+        faust_floor_gpu_samples_per_s=None,
+        faust_floor_cpu_us_per_gpu_sample=None,
+        inbox_floor_gpu_samples_per_s=None,
+        inbox_floor_cpu_us_per_gpu_sample=None,
         paced_target_gpu_samples_per_s=config.paced_gpu_samples_per_s,
         paced_achieved_gpu_samples_per_s=paced.achieved_messages_per_s * fleet.gpus,
         paced_processed_gpu_samples_per_s=processed,
