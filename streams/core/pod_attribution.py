@@ -24,6 +24,7 @@ from typing import Any, Literal
 import msgspec
 
 from schemas.attribution import Attribution, GpuAttribution
+from schemas.fields import AttributionMethod
 from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import WindowSettings
 from streams.core.integrals import PRECISION, least_precise
@@ -199,6 +200,7 @@ def _end_of(state: PodState, start: int, window_ms: int) -> int:
 def _record(state: PodState, window: OpenWindow, end: int, revision: int = 0) -> Attribution:
     """The attribution record of one window of the pod, ending at `end`."""
     gpus = window.gpus
+    allocated, used, idle, vram_s, vram_peak, energy, cost, waste, method = _totals(gpus)
     return Attribution(
         schema="gpuwatch.attribution/v1",
         **state.names(),
@@ -222,17 +224,52 @@ def _record(state: PodState, window: OpenWindow, end: int, revision: int = 0) ->
             )
             for g in gpus
         ),
-        allocated_gpu_seconds=sum(g.allocated_seconds for g in gpus),
-        used_gpu_seconds=sum(g.used_gpu_seconds for g in gpus),
-        idle_gpu_seconds=sum(g.idle_seconds for g in gpus),
-        vram_byte_seconds=sum(g.vram_byte_seconds for g in gpus),
-        vram_peak_bytes=sum(g.vram_peak_bytes for g in gpus),
-        energy_joules=sum(g.energy_joules for g in gpus),
-        cost_usd=sum(g.cost_usd for g in gpus),
-        waste_usd=sum(g.waste_usd for g in gpus),
-        method=least_precise([g.method for g in gpus]),
-        **_per_unit(window, sum(g.cost_usd for g in gpus)),
+        allocated_gpu_seconds=allocated,
+        used_gpu_seconds=used,
+        idle_gpu_seconds=idle,
+        vram_byte_seconds=vram_s,
+        vram_peak_bytes=vram_peak,
+        energy_joules=energy,
+        cost_usd=cost,
+        waste_usd=waste,
+        method=method,
+        **_per_unit(window, cost),
         revision=revision,
+    )
+
+
+_Totals = tuple[float, float, float, float, int, float, float, float, AttributionMethod]
+
+
+def _totals(gpus: tuple[GpuTotals, ...]) -> _Totals:
+    """A window's totals over its GPUs: allocated, used and idle GPU-seconds, VRAM
+    byte-seconds and peak, energy, cost, waste, and the least precise method.
+
+    One GPU (nearly every window) without the generators: `sum` of one value is `0 + x`
+    in every Python version, so the totals are the same to the bit."""
+    if len(gpus) == 1:
+        (g,) = gpus
+        return (
+            0 + g.allocated_seconds,
+            0 + g.used_gpu_seconds,
+            0 + g.idle_seconds,
+            0 + g.vram_byte_seconds,
+            0 + g.vram_peak_bytes,
+            0 + g.energy_joules,
+            0 + g.cost_usd,
+            0 + g.waste_usd,
+            g.method,
+        )
+    return (
+        sum(g.allocated_seconds for g in gpus),
+        sum(g.used_gpu_seconds for g in gpus),
+        sum(g.idle_seconds for g in gpus),
+        sum(g.vram_byte_seconds for g in gpus),
+        sum(g.vram_peak_bytes for g in gpus),
+        sum(g.energy_joules for g in gpus),
+        sum(g.cost_usd for g in gpus),
+        sum(g.waste_usd for g in gpus),
+        least_precise([g.method for g in gpus]),
     )
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_pod_fixtures import GPU_A, GPU_B, RULES, WINDOWS, gpu, pod, usage
 
 from schemas.attribution import TOPIC as ATTRIBUTION
 from schemas.attribution import Attribution
+from schemas.ids import GpuUuid
 from schemas.settings import WindowSettings
 from streams.core import pod_attribution
 from streams.core.pod_attribution import add_usage, close_windows, least_precise
@@ -207,6 +210,42 @@ def test_record_method_is_the_least_precise_and_totals_are_sums() -> None:
     assert least_precise([]) == "unknown"
     assert least_precise(["process", "exclusive"]) == "process"
     assert least_precise(["unknown", "memory_share"]) == "unknown"
+
+
+TOTALS = {  # record field -> GpuTotals field
+    "allocated_gpu_seconds": "allocated_seconds",
+    "used_gpu_seconds": "used_gpu_seconds",
+    "idle_gpu_seconds": "idle_seconds",
+    "vram_byte_seconds": "vram_byte_seconds",
+    "vram_peak_bytes": "vram_peak_bytes",
+    "energy_joules": "energy_joules",
+    "cost_usd": "cost_usd",
+    "waste_usd": "waste_usd",
+}
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.001, 1e6), st.floats(0, 1e3), st.floats(0, 1e3)),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_a_records_totals_are_the_sums_of_its_gpus_to_the_bit(
+    readings: list[tuple[float, float, float]],
+) -> None:
+    # One GPU (nearly every window) has its totals without summing: they must be what
+    # summing the one GPU gives, to the bit (records are compared byte for byte).
+    gpus = tuple(
+        gpu(GpuUuid(f"GPU-{i}"), seconds=seconds, cost_usd=cost, waste_usd=min(waste, cost))
+        for i, (seconds, cost, waste) in enumerate(readings)
+    )
+    state = feed(running(), [(0, 10)], gpus=gpus)
+    (window,) = state.windows
+    (record,) = step_watermark(state, 100 * S, RULES, WINDOWS)[1].attributions
+    got = [getattr(record, name) for name in TOTALS]
+    want = [sum(getattr(g, field) for g in window.gpus) for field in TOTALS.values()]
+    assert msgspec.json.encode(got) == msgspec.json.encode(want)
 
 
 def test_usage_of_a_pod_not_described_yet_waits_for_its_pod_event() -> None:
