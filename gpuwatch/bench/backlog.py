@@ -27,7 +27,15 @@ from schemas.topics import K8S_PODS, NVML_SAMPLES, SINK_TOPICS
 from sinks.redis.writer import redis_group
 from streams.faust.tick_timer import tick_topic_name
 
-__all__ = ["Drain", "SinkDrain", "drain_backlog", "drain_deadline_s", "wait_for", "wait_ready"]
+__all__ = [
+    "Drain",
+    "SinkDrain",
+    "drain_backlog",
+    "drain_deadline_s",
+    "produce_paused",
+    "wait_for",
+    "wait_ready",
+]
 
 READY_DEADLINE_S = 120.0  # importing Faust and joining the group takes seconds; a loaded box more
 DRAIN_DEADLINE_S = 1800.0  # the full backlog takes minutes here; past this something is wrong
@@ -115,6 +123,31 @@ def wait_ready(
         raise RuntimeError(f"the workers did not start within {READY_DEADLINE_S:.0f} s")
 
 
+def produce_paused(
+    scoped: Settings,
+    fleet: Fleet,
+    workers: Sequence[WorkerProcess],
+    say: Say,
+    *,
+    sink: SinkProcess | None = None,
+) -> float:
+    """Once they are ready (`wait_ready`): pause the processes, produce the fleet's pod
+    events and backlog, and resume the workers (the sink stays paused); the first
+    worker's idle RSS (MB)."""
+    prefix = scoped.kafka.topic_prefix
+    idle_rss = workers[0].rss_mb()
+    for process in [*workers, *([sink] if sink else [])]:
+        process.pause()
+    try:
+        say(f"producing {fleet.pods} pod events and {fleet.messages} node samples")
+        asyncio.run(produce(scoped.kafka, K8S_PODS.full_name(prefix), fleet.pod_events))
+        asyncio.run(produce(scoped.kafka, NVML_SAMPLES.full_name(prefix), fleet.backlog))
+    finally:
+        for process in workers:
+            process.resume()
+    return idle_rss
+
+
 def drain_backlog(
     scoped: Settings,
     fleet: Fleet,
@@ -125,22 +158,11 @@ def drain_backlog(
     broker: int | None = None,
 ) -> Drain:
     """Wait for the processes, pause them, produce the backlog, resume them, time the drain."""
-    prefix = scoped.kafka.topic_prefix
-    samples = NVML_SAMPLES.full_name(prefix)
-    everyone: list[BenchProcess] = [*workers, *([sink] if sink else [])]
+    samples = NVML_SAMPLES.full_name(scoped.kafka.topic_prefix)
     offsets = Offsets(scoped)
     try:
         wait_ready(offsets, scoped, workers, sink)
-        idle_rss = workers[0].rss_mb()
-        for process in everyone:
-            process.pause()
-        try:
-            say(f"producing {fleet.pods} pod events and {fleet.messages} node samples")
-            asyncio.run(produce(scoped.kafka, K8S_PODS.full_name(prefix), fleet.pod_events))
-            asyncio.run(produce(scoped.kafka, samples, fleet.backlog))
-        finally:
-            for process in workers:
-                process.resume()
+        idle_rss = produce_paused(scoped, fleet, workers, say, sink=sink)
         resumed = time.monotonic()
         cpu = [process.cpu_s() for process in workers]
         broker_cpu = None if broker is None else proc_cpu_s(broker)

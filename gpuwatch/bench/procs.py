@@ -8,6 +8,7 @@ same reading gives the broker's CPU when its pid is known (the local stack's Kaf
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.settings import Settings
 
 __all__ = [
+    "LIVENESS_FAILURES",
+    "LIVENESS_PERIOD_S",
     "BenchProcess",
     "SinkProcess",
     "WorkerProcess",
@@ -38,6 +41,10 @@ __all__ = [
 MB = 1 << 20
 STOP_DEADLINE_S = 40.0  # the worker commits and exits on SIGTERM within its own 25 s bound
 PAUSED_SESSION_S = 90  # the worker is paused while the backlog is produced: Faust's longest
+# The worker's liveness probe as deploy/helm/gpuwatch/templates/_consumer.tpl has it.
+LIVENESS_PERIOD_S = 20.0
+LIVENESS_TIMEOUT_S = 10.0
+LIVENESS_FAILURES = 3
 
 # No proxies: an http_proxy in the environment must not swallow requests to loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -147,6 +154,22 @@ class BenchProcess:
         """CPU seconds of the process, all threads, so far."""
         return proc_cpu_s(self.pid)
 
+    def vm_peak_mb(self) -> float:
+        """The most address space the process has had mapped (VmPeak)."""
+        return self._status_mb("VmPeak")
+
+    def limit_address_space(self, limit_bytes: int) -> None:
+        """Cap the process's address space (RLIMIT_AS, soft and hard, through prlimit(2)):
+        past it an allocation fails, as in a container whose memory limit is reached. A
+        process of this user may lower its child's limits; no cgroup is needed."""
+        resource.prlimit(self.pid, resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    def kill(self) -> None:
+        """SIGKILL (a liveness probe failed), and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
     def pause(self) -> None:
         """Stop the process (SIGSTOP)."""
         self.process.send_signal(signal.SIGSTOP)
@@ -191,6 +214,16 @@ class WorkerProcess(BenchProcess):
         args = ["worker", "--instance", instance, "--session-timeout", str(PAUSED_SESSION_S)]
         env = worker_env(settings, redis_url, metrics_port=self.metrics_port, **extra)
         super().__init__(f"worker {instance}", args, env, log_path)
+
+    def live(self) -> bool:
+        """Whether its /livez answers 200 within the chart's probe timeout (Kubernetes
+        restarts it after `LIVENESS_FAILURES` failures in a row)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/livez"
+        try:
+            with _OPENER.open(url, timeout=LIVENESS_TIMEOUT_S) as response:
+                return int(response.status) == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
 
 
 class SinkProcess(BenchProcess):

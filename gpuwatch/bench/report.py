@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuwatch.bench.alert_figures import AlertResult, alert_fields, format_alerts
 from gpuwatch.bench.figures import Latencies
+from gpuwatch.bench.history import Histories, format_histories, history_fields
 from gpuwatch.bench.scale import TwoWorkers
 
 __all__ = [
@@ -126,18 +127,26 @@ class WorkerRun:
     """Two workers in one group on the same backlog, when that part ran."""
     alerts: AlertResult | None = None
     """The idle-alert part, when it ran."""
+    backlog: Histories | None = None
+    """The histories asked for, and those worked off."""
 
 
 def worker_json(
-    result: WorkerResult, two: TwoWorkers | None = None, alerts: AlertResult | None = None
+    result: WorkerResult,
+    two: TwoWorkers | None = None,
+    alerts: AlertResult | None = None,
+    backlog: Histories | None = None,
 ) -> str:
-    """One JSON line: every figure, the ratios and the targets; a part not run is null."""
+    """One JSON line: every figure, the ratios and the targets; a part not run is null
+    (the histories' fields, `backlog_{hours}h_...`, for the hours in `backlog`)."""
     data: dict[str, Any] = asdict(result)
     if two is None:
         data.update(dict.fromkeys(f.name for f in fields(TwoWorkers)))
     else:
         data.update(asdict(two))
     data.update(alert_fields(alerts))
+    if backlog is not None:
+        data.update(history_fields(backlog))
     data["ratio"] = result.ratio
     data["ratio_to_faust_floor"] = result.ratio_to_faust_floor
     data["ratio_to_inbox_floor"] = result.ratio_to_inbox_floor
@@ -154,7 +163,10 @@ def _met(ok: bool) -> str:
 
 
 def format_worker(
-    result: WorkerResult, two: TwoWorkers | None = None, alerts: AlertResult | None = None
+    result: WorkerResult,
+    two: TwoWorkers | None = None,
+    alerts: AlertResult | None = None,
+    backlog: Histories | None = None,
 ) -> str:
     """A human summary, each figure against its target."""
     r = result
@@ -218,6 +230,7 @@ def format_worker(
             f"GPU-sample ({r.producer_figure})",
             *([] if two is None else [_format_two(two)]),
             *([] if alerts is None else format_alerts(alerts)),
+            *([] if backlog is None else format_histories(backlog)),
         ]
     )
 

@@ -46,6 +46,13 @@ from gpuwatch.bench.alerts import bench_alerts
 from gpuwatch.bench.backlog import Drain, drain_backlog, drain_deadline_s, wait_for
 from gpuwatch.bench.figures import drain_rate, kept_up, latencies_ms, percentile
 from gpuwatch.bench.fleet import Fleet, PacedResult, build_fleet, pace
+from gpuwatch.bench.history import (
+    Histories,
+    HistorySetup,
+    bench_history,
+    format_histories,
+    history_fields,
+)
 from gpuwatch.bench.probes import (
     Baseline,
     CommitWatcher,
@@ -104,6 +111,17 @@ class WorkerBenchConfig:
     """Then two workers in one group on the same backlog (`gpuwatch.bench.scale`)."""
     alerts: bool = True
     """Then the idle-alert latency on a few nodes (`gpuwatch.bench.alerts`)."""
+    backlog_hours: tuple[int, ...] = (6, 24)
+    """Then a worker works off each of these hours of recorded history
+    (`gpuwatch.bench.history`)."""
+    backlog_nodes: int = 125
+    """Nodes of the histories (1,000 GPUs at 8 a node), each sampled every 57 s."""
+    backlog: bool = True
+    """Whether the histories run (else their fields are null)."""
+    only_backlog: bool = False
+    """The histories alone: no producer figure, no live worker, no other part."""
+    backlog_memory_limit_mb: int | None = None
+    """The history worker's address space capped at its idle VmPeak plus this many MB."""
 
     @property
     def pods(self) -> int:
@@ -131,6 +149,8 @@ QUICK = WorkerBenchConfig(
     paced_seconds=8.0,
     watch=24,
     producer_kafka=False,
+    backlog_hours=(1, 4),
+    backlog_nodes=25,
 )
 
 
@@ -146,6 +166,10 @@ def worker_config(
     interval_s: float | None = None,
     two_workers: bool = True,
     alerts: bool = True,
+    backlog_hours: tuple[int, ...] | None = None,
+    backlog: bool = True,
+    only_backlog: bool = False,
+    backlog_memory_limit_mb: int | None = None,
 ) -> WorkerBenchConfig:
     """`QUICK` or `FULL` with the options given; ValueError when one is out of range."""
     base = QUICK if quick else FULL
@@ -158,9 +182,14 @@ def worker_config(
         paced_seconds=base.paced_seconds if paced_seconds is None else paced_seconds,
         redis_db=base.redis_db if redis_db is None else redis_db,
         interval_s=base.interval_s if interval_s is None else interval_s,
-        two_workers=two_workers,
-        alerts=alerts,
+        two_workers=two_workers and not only_backlog,
+        alerts=alerts and not only_backlog,
+        backlog_hours=base.backlog_hours if backlog_hours is None else backlog_hours,
+        backlog=backlog,
+        only_backlog=only_backlog,
+        backlog_memory_limit_mb=backlog_memory_limit_mb,
     )
+    _check_backlog(config)
     if not 0.1 <= config.interval_s <= 60:
         raise ValueError(f"--interval must be 0.1..60 s, got {config.interval_s:g}")
     if not 1 <= config.gpus <= 64:
@@ -177,6 +206,30 @@ def worker_config(
     return replace(config, watch=min(config.watch, config.nodes))
 
 
+MAX_BACKLOG_HOURS = 7 * 24  # a week of history is 10 M GPU-samples: hours to work off here
+
+
+def _check_backlog(config: WorkerBenchConfig) -> None:
+    hours = config.backlog_hours
+    if not hours or any(not 1 <= h <= MAX_BACKLOG_HOURS for h in hours):
+        raise ValueError(f"--backlog-hours must be 1..{MAX_BACKLOG_HOURS} each, got {hours}")
+    if len(set(hours)) != len(hours):
+        raise ValueError(f"--backlog-hours names an hour twice: {hours}")
+    if config.only_backlog and not config.backlog:
+        raise ValueError("--only-backlog and --no-backlog leave nothing to run")
+    limit = config.backlog_memory_limit_mb
+    if limit is not None and limit < 1:
+        raise ValueError(f"--backlog-memory-limit-mb must be at least 1, got {limit}")
+
+
+def parse_hours(text: str) -> tuple[int, ...]:
+    """`6,24` -> (6, 24); ValueError when not whole hours."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--backlog-hours takes whole hours, comma-separated: {text!r}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> WorkerBenchConfig:
     """The configuration `gpuwatch bench worker` asks for; ValueError when out of range."""
     return worker_config(
@@ -190,6 +243,10 @@ def config_from_args(args: argparse.Namespace) -> WorkerBenchConfig:
         interval_s=args.interval,
         two_workers=not args.no_two_workers,
         alerts=not args.no_alerts,
+        backlog_hours=None if args.backlog_hours is None else parse_hours(args.backlog_hours),
+        backlog=not args.no_backlog,
+        only_backlog=args.only_backlog,
+        backlog_memory_limit_mb=args.backlog_memory_limit_mb,
     )
 
 
@@ -200,13 +257,22 @@ def main(args: argparse.Namespace, settings: Settings, config: WorkerBenchConfig
         if not args.json:
             print(f"... {message}", file=sys.stderr, flush=True)
 
+    if config.only_backlog:
+        histories = bench_histories(settings, config, say)
+        fields = history_fields(histories)
+        print(
+            json.dumps(fields, sort_keys=True)
+            if args.json
+            else "\n".join(["worker far behind, recorded history:", *format_histories(histories)])
+        )
+        return 0
     run = bench_worker(settings, config, say)
     if args.plot is not None:
         write_plot(run, args.plot)
     print(
-        worker_json(run.result, run.two, run.alerts)
+        worker_json(run.result, run.two, run.alerts, run.backlog)
         if args.json
-        else format_worker(run.result, run.two, run.alerts)
+        else format_worker(run.result, run.two, run.alerts, run.backlog)
     )
     return 0
 
@@ -266,7 +332,25 @@ def bench_worker(settings: Settings, config: WorkerBenchConfig, say: Say) -> Wor
         )
     if config.alerts:
         alerts = bench_alerts(settings, redis_url, say)
-    return WorkerRun(result, run.latencies, two=two, alerts=alerts)
+    backlog = bench_histories(settings, config, say)
+    return WorkerRun(result, run.latencies, two=two, alerts=alerts, backlog=backlog)
+
+
+def bench_histories(settings: Settings, config: WorkerBenchConfig, say: Say) -> Histories:
+    """Each history asked for, worked off by a worker of its own (none with --no-backlog)."""
+    histories = Histories(config.backlog_hours)
+    if not config.backlog:
+        return histories
+    redis_url = scratch.redis_url(settings, config.redis_db)
+    for hours in config.backlog_hours:
+        setup = HistorySetup(
+            hours,
+            config.backlog_nodes,
+            config.gpus,
+            memory_limit_mb=config.backlog_memory_limit_mb,
+        )
+        histories.runs[hours] = bench_history(settings, redis_url, setup, say)
+    return histories
 
 
 def _one_worker(

@@ -25,8 +25,17 @@ def add_parser(verbs: Any) -> None:
         "(throughput against a bare aiokafka consumer and the Faust and inbox floors, the "
         "sink's CPU per GPU-sample, latency to Redis under a paced load, memory, and the node "
         "agent's CPU per GPU-sample); then two workers in one consumer group on the same backlog; "
-        "then the idle-alert latency (`alerts`). Each on topics and a Redis database of its "
-        "own, removed afterwards. `alerts`: on a few nodes with a 10 s idle threshold, from "
+        "then the idle-alert latency (`alerts`); then a worker far behind: for each of "
+        "--backlog-hours (6 and 24; with --quick 1 and 4), 125 nodes x 8 GPUs (25 with "
+        "--quick) sampled every 57 s over that many hours, produced while the worker is "
+        "paused, then worked off: GPU-samples, seconds to work off (its group committed "
+        "every sample), GPU-samples/s, worker CPU per GPU-sample, the worker's VmHWM and its "
+        "RSS at the end over its idle RSS, and its restarts (it is restarted as Kubernetes "
+        "would: on exit, or after 3 failed /livez probes 20 s apart), fields "
+        "backlog_{hours}h_*. Each part on topics, an app id, groups and a Redis database of "
+        "its own, removed afterwards. A baseline that fails or runs past its deadline leaves "
+        "its figures null with an error field (baseline_error, faust_floor_error, "
+        "inbox_floor_error). `alerts`: on a few nodes with a 10 s idle threshold, from "
         "the sample completing it to the GpuIdleAllocated alert in the alerts topic, in "
         "Redis and in the ALERTS of a private Prometheus (the `prometheus` binary, 1 s "
         "scrape and evaluation, the shipped rules), beside a DCGM exporter + Prometheus "
@@ -58,6 +67,26 @@ def add_parser(verbs: Any) -> None:
     add_int(worker, "--redis-db", "DB", "scratch Redis database, flushed (6; also `alerts`)")
     add_flag(worker, "--no-two-workers", "skip the run of two workers in one group")
     add_flag(worker, "--no-alerts", "skip the idle-alert part")
+    worker.add_argument(
+        "--backlog-hours",
+        metavar="H,H",
+        help="hours of recorded history the worker works off, each a run of its own "
+        "(6,24; with --quick 1,4)",
+    )
+    add_flag(worker, "--no-backlog", "skip the recorded-history part (its fields are null)")
+    add_flag(
+        worker,
+        "--only-backlog",
+        "the recorded-history part alone (no producer figure, no live worker, no other part); "
+        "its fields only",
+    )
+    add_int(
+        worker,
+        "--backlog-memory-limit-mb",
+        "MB",
+        "cap the history worker's address space (RLIMIT_AS) at its idle VmPeak plus MB, and "
+        "report whether it finished (off)",
+    )
     worker.add_argument("--plot", type=Path, metavar="PNG", help="write the plot there")
 
 
