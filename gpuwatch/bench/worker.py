@@ -26,7 +26,10 @@ The run, on topics, an app id and a Redis database of its own (all removed after
 6. two workers in one group on fresh topics work the same backlog off
    (`gpuwatch.bench.scale`);
 7. the idle-alert latency on a few nodes, with a private Prometheus
-   (`gpuwatch.bench.alerts`).
+   (`gpuwatch.bench.alerts`);
+8. a worker far behind: each of `backlog_hours` of recorded history (1,000 GPUs sampled
+   every 57 s), produced while a worker of its own is paused, worked off
+   (`gpuwatch.bench.history`). `only_backlog` runs this part alone.
 """
 
 from __future__ import annotations
