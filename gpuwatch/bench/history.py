@@ -22,9 +22,12 @@ sees MemoryError).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from gpuwatch.bench import scratch
@@ -218,12 +221,12 @@ def bench_history(settings: Settings, redis_url: str, setup: HistorySetup, say: 
     )
     gpu_samples, messages = fleet.gpu_samples, fleet.messages
     try:
-        return _bench(settings, redis_url, setup, fleet, say)
-    except (RuntimeError, TimeoutError) as exc:  # the worker did not start, the broker ...
+        return _run_history(settings, redis_url, setup, fleet, say)
+    except (RuntimeError, TimeoutError) as exc:  # the worker did not join, the broker stalled
         return history_run(setup, gpu_samples, messages=messages, error=str(exc))
 
 
-def _bench(
+def _run_history(
     settings: Settings, redis_url: str, setup: HistorySetup, fleet: Fleet, say: Say
 ) -> HistoryRun:
     gpu_samples, messages = fleet.gpu_samples, fleet.messages
@@ -254,6 +257,8 @@ def _bench(
             watch, done, failure = _work_off(
                 scoped, worker, start, total=total, gpu_samples=gpu_samples
             )
+            if failure is not None:
+                failure += f" (the workers' logs are kept in {_keep(tmp)})"
             return history_run(
                 setup,
                 gpu_samples,
@@ -270,6 +275,14 @@ def _bench(
             offsets.close()
             for process in workers:
                 process.stop()
+
+
+def _keep(logs: Path) -> Path:
+    """A copy of the logs of a run that did not finish (the scratch directory goes)."""
+    kept = Path(tempfile.mkdtemp(prefix="gpuwatch-bench-history-"))
+    for log in logs.glob("*.log"):
+        shutil.copy(log, kept / log.name)
+    return kept
 
 
 class _Supervisor:

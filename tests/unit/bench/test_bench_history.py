@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -230,3 +232,14 @@ def test_a_worker_failing_its_liveness_probe_is_killed_and_started_again() -> No
     assert len(fresh) == 1
     assert supervisor.watch.causes == ["3 liveness probes failed"]
     assert supervisor.watch.cpu_s == pytest.approx(0.0 + 2.0 - 2.0)  # the stuck one's CPU
+
+
+def test_the_logs_of_a_history_not_worked_off_are_kept(tmp_path: Path) -> None:
+    (tmp_path / "worker-1.log").write_text("MemoryError\n")
+    (tmp_path / "worker-2.log").write_text("starting\n")
+    kept = history._keep(tmp_path)
+    try:
+        assert sorted(p.name for p in kept.iterdir()) == ["worker-1.log", "worker-2.log"]
+        assert (kept / "worker-1.log").read_text() == "MemoryError\n"
+    finally:
+        shutil.rmtree(kept)
