@@ -19,6 +19,7 @@ time; and a kept window the pod's usage has passed the end of is complete and fo
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Literal
 
 import msgspec
@@ -83,18 +84,22 @@ def _added(totals: GpuTotals | None, gpu: GpuUsage, fraction: float) -> GpuTotal
 
 
 def _accumulated(window: OpenWindow, usage: PodUsage, fraction: float) -> OpenWindow:
-    by_uuid = {gpu.uuid: gpu for gpu in window.gpus}
-    for gpu in usage.gpus:
-        by_uuid[gpu.uuid] = _added(by_uuid.get(gpu.uuid), gpu, fraction)
+    totals, used = window.gpus, usage.gpus
+    if len(used) == 1 and (not totals or (len(totals) == 1 and totals[0].uuid == used[0].uuid)):
+        # One GPU in the usage and none other in the window (nearly always): no index.
+        gpus: tuple[GpuTotals, ...] = (_added(totals[0] if totals else None, used[0], fraction),)
+    else:
+        by_uuid = {gpu.uuid: gpu for gpu in totals}
+        for gpu in used:
+            by_uuid[gpu.uuid] = _added(by_uuid.get(gpu.uuid), gpu, fraction)
+        gpus = tuple(by_uuid[k] for k in sorted(by_uuid))
     units = window.units
     if usage.units:
         done = dict(units)
         for name, count in usage.units.items():
             done[name] = done.get(name, 0.0) + count * fraction
         units = tuple(sorted(done.items()))
-    return OpenWindow(
-        start=window.start, gpus=tuple(by_uuid[k] for k in sorted(by_uuid)), units=units
-    )
+    return OpenWindow(start=window.start, gpus=gpus, units=units)
 
 
 def add_usage(
@@ -119,7 +124,7 @@ def add_usage(
         return state, "duplicate"
     window_ms = windows.window_s * 1000
     oldest = _oldest_revisable(state.closed_until, windows) if revised is not None else None
-    open_ = {w.start: w for w in state.windows}
+    open_ = list(state.windows)  # by start, as the state keeps them
     closed: dict[int, ClosedWindow] | None = None
     touched: list[int] = []
     late = False
@@ -129,8 +134,7 @@ def add_usage(
         stop = min(bucket + window_ms, usage.end_ts)
         fraction = (stop - cut) / length
         if bucket >= state.closed_until:
-            window = open_.get(bucket, OpenWindow(start=bucket))
-            open_[bucket] = _accumulated(window, usage, fraction)
+            _add_to_open(open_, bucket, usage, fraction)
         elif (
             oldest is not None
             and bucket + window_ms > oldest
@@ -154,7 +158,7 @@ def add_usage(
         state,
         cluster=state.cluster if state.event_ts is not None else stored_cluster(usage.cluster),
         node=state.node if state.node is not None else usage.node,
-        windows=tuple(open_[k] for k in sorted(open_)),
+        windows=tuple(open_),
         attributed_until=usage.end_ts,
     )
     if closed is not None and revised is not None:
@@ -168,6 +172,23 @@ def add_usage(
             revisable=tuple(closed[k] for k in sorted(closed) if closed[k].end > usage.end_ts),
         )
     return state, "late" if late else "added"
+
+
+def _add_to_open(open_: list[OpenWindow], bucket: int, usage: PodUsage, fraction: float) -> None:
+    """Add `fraction` of a usage to the open window starting at `bucket`, made if new,
+    keeping `open_` by start. Usage comes in order, so the window is nearly always the
+    last one or a new last one: no index of the windows is needed."""
+    last = open_[-1].start if open_ else None
+    if last == bucket:
+        open_[-1] = _accumulated(open_[-1], usage, fraction)
+    elif last is None or last < bucket:
+        open_.append(_accumulated(OpenWindow(start=bucket), usage, fraction))
+    else:
+        i = bisect.bisect_left(open_, bucket, key=lambda w: w.start)
+        if i < len(open_) and open_[i].start == bucket:
+            open_[i] = _accumulated(open_[i], usage, fraction)
+        else:
+            open_.insert(i, _accumulated(OpenWindow(start=bucket), usage, fraction))
 
 
 def revision_records(

@@ -248,6 +248,20 @@ def test_a_records_totals_are_the_sums_of_its_gpus_to_the_bit(
     assert msgspec.json.encode(got) == msgspec.json.encode(want)
 
 
+def test_usage_lands_in_its_open_window_wherever_it_is_among_them() -> None:
+    # Usage comes in order, so it lands in the last open window or a new last one; an open
+    # window before the last (a state whose usage end is unknown) is found all the same,
+    # and the windows stay by start.
+    m = 60 * S
+    state, _ = add_usage(running(), usage(2 * m, 2 * m + 10 * S), WINDOWS)
+    for start_s in (10, 0, 90, 100):  # into a new first, the same, a new middle, the middle
+        state = msgspec.structs.replace(state, attributed_until=None)
+        state, outcome = add_usage(state, usage(start_s * S, start_s * S + 10 * S), WINDOWS)
+        assert outcome == "added"
+    assert [w.start for w in state.windows] == [0, m, 2 * m]
+    assert [w.gpus[0].allocated_seconds for w in state.windows] == [20.0, 20.0, 10.0]
+
+
 def test_usage_of_a_pod_not_described_yet_waits_for_its_pod_event() -> None:
     state, out = step_usage(None, usage(0, 30 * S), RULES, WINDOWS)
     assert out.late_usage == 0
