@@ -82,6 +82,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PRODUCER_BATCH_BYTES = 256 << 10  # under the broker's 1 MB message limit, with room
+POLL_RECORDS = BATCH_MAX  # records a fetch hands the fetch loop (an agent's batch)
 PROGRESS_EVERY_S = 2.0  # stall limits are minutes; commits come every 2.8 s
 
 
@@ -149,6 +150,11 @@ def _app(settings: Settings, options: WorkerOptions) -> Any:
         # Faust's 16 kB default holds one node document (about 11 kB).
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_compression_type="lz4",
+        # Each fetch hands over at most this many records (Faust's default: all that the
+        # client holds, up to a megabyte of compressed records per partition). The fetch
+        # loop keeps a fetch's records until it has put the last into an inbox: behind a
+        # backlog that was some 60,000 records, 30 MB of them, decompressed.
+        broker_max_poll_records=POLL_RECORDS,
     )
 
 
@@ -330,7 +336,7 @@ def build(
         flush=kafka.flush,
         inputs=(*node_inputs, *pod_inputs),
     )
-    align = _aligner(app, settings, node_loop, counters, tick_name)
+    align = _aligner(app, settings, (node_loop, pod_loop), counters, tick_name)
     node_inbox = Inbox("node", (*node_inputs, tick_name))
     pod_inbox = Inbox("pod", (*pod_reads, tick_name))
     inboxes = Inboxes(app, (node_inbox, pod_inbox))
@@ -388,7 +394,11 @@ async def _after_each(
 
 
 def _aligner(
-    app: Any, settings: Settings, node_loop: AgentLoop, counters: Counters, tick_topic: str
+    app: Any,
+    settings: Settings,
+    loops: tuple[AgentLoop, AgentLoop],
+    counters: Counters,
+    tick_topic: str,
 ) -> AfterBatch | None:
     """Watermark alignment after each node batch (`streams.core.alignment`): the node
     partitions ahead of the slowest are left out of the consumer's fetches. None when
@@ -400,6 +410,7 @@ def _aligner(
         settings.kafka.partitions, worker.align_ahead_s * 1000, worker.align_stuck_s
     )
     samples = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
+    node_loop, pod_loop = loops
     paused: frozenset[int] = frozenset()
 
     def after(batch: Sequence[Received]) -> None:
@@ -413,10 +424,13 @@ def _aligner(
             partition: cast(NodePartition, processor).claim()
             for partition, processor in node_loop.partitions.items()
         }
-        now = alignment.decide(local)
+        applied = [cast(PodPartition, pod).applied for pod in pod_loop.partitions.values()]
+        floor = None if not applied or None in applied else min(cast(list[int], applied))
+        now = alignment.decide(local, floor)
         counters.alignment_pauses = alignment.pauses
         counters.alignment_released = alignment.released
         counters.aligned_paused = len(now)
+        app.consumer.leave_unread(frozenset(TP(samples, partition) for partition in now))
         if now != paused:
             # Behind a backlog the set changes every few batches: its start and end at info.
             level = logging.INFO if bool(now) != bool(paused) else logging.DEBUG
@@ -425,7 +439,6 @@ def _aligner(
                 sorted(now), alignment.lowest, alignment.released,
             )  # fmt: skip
             paused = now
-            app.consumer.unread = frozenset(TP(samples, partition) for partition in now)
 
     return after
 
@@ -449,6 +462,9 @@ def _connect_app_signals(
             nodes = [n for p in gone for n in getattr(node_loop.partitions.get(p), "nodes", ())]
             live.on_revoked(pods, nodes)
         inboxes.clear()  # fetched before the rebalance: read again from the commits
+        forget_unread = getattr(app.consumer, "forget_unread", None)
+        if forget_unread is not None:
+            forget_unread()
         node_loop.forget(gone)
         pod_loop.forget(gone)
 
