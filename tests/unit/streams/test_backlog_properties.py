@@ -131,7 +131,7 @@ def differences(history: History, partitions: int) -> list[str]:
     return out
 
 
-BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BOUNDED = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @BOUNDED

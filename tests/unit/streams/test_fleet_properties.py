@@ -94,7 +94,7 @@ def consistent(history: History, records: dict[str, list[Any]]) -> list[str]:
     return out
 
 
-BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BOUNDED = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _gap(silent: tuple[int, int], end_ms: int, idle_until: int, phase_ms: int) -> History:

@@ -156,7 +156,7 @@ def fleets(draw: st.DrawFn) -> list[Input]:
     return merged
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(fleets())
 def test_stepping_the_due_pods_publishes_what_stepping_every_pod_does(inputs: list[Input]) -> None:
     reference = EveryPod()

@@ -112,7 +112,7 @@ def differences(on_time: Pipeline, late: Pipeline) -> list[str]:
     return out
 
 
-BOUNDED = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BOUNDED = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @BOUNDED
