@@ -15,13 +15,11 @@ backlog's length. Live, the partitions are seconds apart and none is paused.
 The lowest stream time is that of every node partition: this worker's own, as its node
 processors have them now, and the others' as the ticks of their workers claimed them
 (`Tick.claims`; a claim never goes backwards). Until every partition has been claimed once
-nothing is paused (the watermark is not known yet either). The pod side's watermark moves
-only once the pod side has read the usage the claims promise: when it is lower (a pod side
-slower than the node side), the bound counts from it, and every node partition ahead of it
-by more, the slowest included, waits until the pod side has caught up. When the lowest
-stream time has not moved for `stuck_s` seconds of wall time while partitions are paused
-(its worker gone, its records stuck), they are read again anyway (`released`), until it
-moves again: alignment bounds memory, it must never stop the fleet.
+nothing is paused (the watermark is not known yet either), nor is the slowest partition
+ever paused, so the slowest always moves. When the lowest stream time has not moved for
+`stuck_s` seconds of wall time while partitions are paused (its worker gone, its records
+stuck), they are read again anyway (`released`), until it moves again: alignment bounds
+memory, it must never stop the fleet.
 
 No Kafka here: the worker's consumer leaves the partitions this returns out of its fetches
 (`streams.faust.consumer`).
@@ -61,8 +59,7 @@ class Alignment:
         self.released = 0
         """Times the pauses were lifted because the lowest stream time stood still."""
         self.lowest: int | None = None
-        """The lowest stream time of the partitions not idle (or the pod side's watermark,
-        when lower), last seen."""
+        """The lowest stream time of the partitions not idle, last seen."""
         self._moved_at = monotonic()
         self._stuck = False
 
@@ -78,15 +75,8 @@ class Alignment:
         """Partitions were revoked: nothing paused (the next `decide` says anew)."""
         self.paused = frozenset()
 
-    def decide(self, local: Mapping[int, Claim | None], floor: int | None = None) -> frozenset[int]:
-        """The partitions of `local` (this worker's, with their claims now) to pause.
-
-        `floor`: the lowest watermark this worker's pod side has applied (None: not known).
-        The pod side holds the usage ahead of its watermark, and its watermark follows the
-        node partitions' claims only once it has read the usage they promise: a pod side
-        slower than the node side falls behind them however even they are. The bound is
-        then counted from it, and the slowest node partition is paused too until the pod
-        side catches up (it reads its inputs on, and its ticks move its watermark)."""
+    def decide(self, local: Mapping[int, Claim | None]) -> frozenset[int]:
+        """The partitions of `local` (this worker's, with their claims now) to pause."""
         if self.ahead_ms <= 0:
             return self.paused
         claims = dict(self._heard)
@@ -98,8 +88,6 @@ class Alignment:
             return self.paused
         active = [st for st, idle in claims.values() if not idle]
         lowest = min(active) if active else None
-        if lowest is not None and floor is not None and floor < lowest:
-            lowest = floor
         now = self._monotonic()
         moved = lowest is None or self.lowest is None or lowest > self.lowest
         if moved:

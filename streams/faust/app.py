@@ -336,7 +336,7 @@ def build(
         flush=kafka.flush,
         inputs=(*node_inputs, *pod_inputs),
     )
-    align = _aligner(app, settings, (node_loop, pod_loop), counters, tick_name)
+    align = _aligner(app, settings, node_loop, counters, tick_name)
     node_inbox = Inbox("node", (*node_inputs, tick_name))
     pod_inbox = Inbox("pod", (*pod_reads, tick_name))
     inboxes = Inboxes(app, (node_inbox, pod_inbox))
@@ -394,11 +394,7 @@ async def _after_each(
 
 
 def _aligner(
-    app: Any,
-    settings: Settings,
-    loops: tuple[AgentLoop, AgentLoop],
-    counters: Counters,
-    tick_topic: str,
+    app: Any, settings: Settings, node_loop: AgentLoop, counters: Counters, tick_topic: str
 ) -> AfterBatch | None:
     """Watermark alignment after each node batch (`streams.core.alignment`): the node
     partitions ahead of the slowest are left out of the consumer's fetches. None when
@@ -410,7 +406,6 @@ def _aligner(
         settings.kafka.partitions, worker.align_ahead_s * 1000, worker.align_stuck_s
     )
     samples = NVML_SAMPLES.full_name(settings.kafka.topic_prefix)
-    node_loop, pod_loop = loops
     paused: frozenset[int] = frozenset()
 
     def after(batch: Sequence[Received]) -> None:
@@ -424,13 +419,10 @@ def _aligner(
             partition: cast(NodePartition, processor).claim()
             for partition, processor in node_loop.partitions.items()
         }
-        applied = [cast(PodPartition, pod).applied for pod in pod_loop.partitions.values()]
-        floor = None if not applied or None in applied else min(cast(list[int], applied))
-        now = alignment.decide(local, floor)
+        now = alignment.decide(local)
         counters.alignment_pauses = alignment.pauses
         counters.alignment_released = alignment.released
         counters.aligned_paused = len(now)
-        app.consumer.leave_unread(frozenset(TP(samples, partition) for partition in now))
         if now != paused:
             # Behind a backlog the set changes every few batches: its start and end at info.
             level = logging.INFO if bool(now) != bool(paused) else logging.DEBUG
@@ -439,6 +431,7 @@ def _aligner(
                 sorted(now), alignment.lowest, alignment.released,
             )  # fmt: skip
             paused = now
+            app.consumer.unread = frozenset(TP(samples, partition) for partition in now)
 
     return after
 
@@ -462,9 +455,6 @@ def _connect_app_signals(
             nodes = [n for p in gone for n in getattr(node_loop.partitions.get(p), "nodes", ())]
             live.on_revoked(pods, nodes)
         inboxes.clear()  # fetched before the rebalance: read again from the commits
-        forget_unread = getattr(app.consumer, "forget_unread", None)
-        if forget_unread is not None:
-            forget_unread()
         node_loop.forget(gone)
         pod_loop.forget(gone)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
 from streams.faust.inbox import Inboxes
@@ -15,8 +13,6 @@ from streams.faust.internals import (
 )
 
 __all__ = ["ReadOffsets", "rewinding_consumer"]
-
-log = logging.getLogger(__name__)
 
 
 class ReadOffsets(dict[Any, "int | None"]):
@@ -87,52 +83,7 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
             self.read_offsets = ReadOffsets()
             replace_read_offsets(self, self.read_offsets)
             self.unread: frozenset[Any] = frozenset()
-            """Partitions left out of the fetches for now (watermark alignment), and those
-            being sought back to their first record left undelivered."""
-            self._paused: frozenset[Any] = frozenset()
-            self._skipped: dict[Any, int] = {}
-            """Paused partitions' first record fetched and left undelivered."""
-            self._seeking: set[Any] = set()
-            self._seeks: set[asyncio.Task[None]] = set()
-
-        def leave_unread(self, partitions: frozenset[Any]) -> None:
-            """Read only the other partitions from now on (watermark alignment).
-
-            A fetch already made may still hold records of a partition paused now: those are
-            not delivered (`skip`), and a partition read again is first sought back to the
-            first of them, so none is lost and none read twice.
-            """
-            self._paused = partitions
-            for tp in [tp for tp in self._skipped if tp not in partitions]:
-                offset = self._skipped.pop(tp)
-                self._seeking.add(tp)
-                task = asyncio.ensure_future(self._seek_back(tp, offset))
-                self._seeks.add(task)
-                task.add_done_callback(self._seeks.discard)
-            self.unread = partitions | frozenset(self._seeking)
-
-        def forget_unread(self) -> None:
-            """Partitions revoked: Faust seeks every assigned one to its commit."""
-            self._paused = self.unread = frozenset()
-            self._skipped.clear()
-
-        def skip(self, tp: Any, offset: int) -> bool:
-            """Whether to leave a fetched record undelivered: its partition is paused, or
-            being sought back to before it."""
-            if tp not in self.unread:
-                return False
-            if tp not in self._seeking:
-                self._skipped.setdefault(tp, offset)
-            return True
-
-        async def _seek_back(self, tp: Any, offset: int) -> None:
-            try:
-                await self.seek_wait({tp: offset})
-            except Exception:  # the agent loop finds the gap and seeks back itself
-                log.warning("seeking back a resumed partition failed tp=%s", tp, exc_info=True)
-            finally:
-                self._seeking.discard(tp)
-                self.unread = self._paused | frozenset(self._seeking)
+            """Partitions left out of the fetches for now (watermark alignment)."""
 
         async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
             # Faust's signature, its `timeout` name included.
@@ -161,6 +112,6 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
                 await super()._drain_messages(fetcher)
                 return
 
-            await drain_messages(self, fetcher, inboxes.deliver, inboxes.hold, self.skip)
+            await drain_messages(self, fetcher, inboxes.deliver, inboxes.hold)
 
     return RewindingConsumer

@@ -65,17 +65,8 @@ recovery) is never held: the agents may wait for that recovery to empty their in
 YIELD_EVERY = 100  # records delivered between two returns to the event loop (Faust's)
 
 
-Skip = Callable[[Any, int], bool]
-"""For a fetched record's partition and offset: True to leave it undelivered (its partition
-is sought back to it before it is read again), False to deliver it."""
-
-
 async def drain_messages(
-    consumer: Any,
-    fetcher: Any,
-    deliver: Deliver,
-    backlogged: Backlogged,
-    skip: Skip | None = None,
+    consumer: Any, fetcher: Any, deliver: Deliver, backlogged: Backlogged
 ) -> None:
     """Faust's fetch loop (`Consumer._drain_messages`), records of the agents' own topics
     handed to `deliver` instead of Faust's conductor.
@@ -88,8 +79,7 @@ async def drain_messages(
     every `_commit_every` acknowledgements, the fetching flag of Faust's diagnostics; a
     record `deliver` leaves goes to the conductor as Faust sends it. Before each record the
     loop waits while `backlogged` says so for it (an agent's inbox full, for a record of the
-    agents' topics). A record `skip` says to leave (a partition paused by watermark
-    alignment) is neither delivered nor taken as read.
+    agents' topics).
     """
     callback = consumer.callback
     consumer_should_stop = consumer._stopped.is_set
@@ -122,9 +112,10 @@ async def drain_messages(
                 if commit_every is not None and consumer._n_acked >= commit_every:
                     consumer._n_acked = 0
                     await consumer.commit()
-                await _room_for(message, backlogged, consumer_should_stop)
-                if skip is not None and skip(tp, offset):
-                    continue
+                wait = backlogged(message)
+                while wait is not None and not consumer_should_stop():
+                    await wait
+                    wait = backlogged(message)
                 if not deliver(message):
                     await consumer.wait_first(callback(message), consumer.suspend_flow.wait())
                 set_read_offset(tp, offset)
@@ -167,14 +158,6 @@ async def getmany_leaving(
             return {}
         active = wanted
     return await getmany(active, within)
-
-
-async def _room_for(message: Any, backlogged: Backlogged, stopped: Callable[[], bool]) -> None:
-    """Wait while `backlogged` says so for `message` (or until the consumer stops)."""
-    wait = backlogged(message)
-    while wait is not None and not stopped():
-        await wait
-        wait = backlogged(message)
 
 
 def replace_read_offsets(consumer: Any, offsets: Any) -> None:

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.alignment import Alignment
-from streams.faust.consumer import rewinding_consumer
 from streams.faust.internals import getmany_leaving
 
 AHEAD = 600_000  # ms
@@ -130,66 +129,3 @@ def test_the_fetch_leaves_the_unread_partitions_out() -> None:
 
     asyncio.run(run())
     assert asked == [{"b"}, {"a"}]
-
-
-class _Base:
-    """What the consumer subclass calls of Faust's consumer."""
-
-    def __init__(self) -> None:
-        self.sought: list[dict[str, int]] = []
-        self.asked: list[Any] = []
-
-    async def seek_wait(self, partitions: dict[str, int]) -> None:
-        await asyncio.sleep(0)
-        self.sought.append(dict(partitions))
-
-    async def _getmany(self, active: Any, timeout: float) -> Any:  # noqa: ASYNC109
-        self.asked.append(set(active))
-        return {}
-
-
-def test_a_paused_partitions_fetched_records_are_left_and_read_again_from_the_first() -> None:
-    consumer: Any = rewinding_consumer(_Base, frozenset())()
-
-    async def run() -> None:
-        consumer.leave_unread(frozenset({"a"}))
-        assert [consumer.skip("a", o) for o in (5, 6)] == [True, True]
-        assert consumer.skip("b", 1) is False
-        await consumer._getmany({"a", "b"}, 1.0)
-        consumer.leave_unread(frozenset())  # resumed: sought back to 5 before it is read
-        assert "a" in consumer.unread
-        assert consumer.skip("a", 7) is True  # the old fetch's rest: covered by the seek
-        await asyncio.sleep(0.01)
-        assert consumer.sought == [{"a": 5}]
-        assert consumer.unread == frozenset()
-        assert consumer.skip("a", 5) is False
-        consumer.leave_unread(frozenset())
-        await asyncio.sleep(0.01)
-        assert consumer.sought == [{"a": 5}]  # once only
-
-    asyncio.run(run())
-    assert consumer.asked == [{"b"}]
-
-
-def test_partitions_revoked_forget_what_was_left_unread() -> None:
-    consumer: Any = rewinding_consumer(_Base, frozenset())()
-
-    async def run() -> None:
-        consumer.leave_unread(frozenset({"a"}))
-        consumer.skip("a", 5)
-        consumer.forget_unread()  # Faust seeks every assigned partition to its commit
-        consumer.leave_unread(frozenset())
-        await asyncio.sleep(0.01)
-
-    asyncio.run(run())
-    assert consumer.sought == []
-    assert consumer.unread == frozenset()
-
-
-def test_a_pod_side_behind_the_claims_pauses_every_partition_ahead_of_it() -> None:
-    a = _alignment(partitions=2)
-    local: dict[int, tuple[int, bool] | None] = {0: (5_000_000, False), 1: (5_100_000, False)}
-    assert a.decide(local, floor=4_900_000) == frozenset()  # within the bound of it
-    assert a.decide(local, floor=1_000_000) == {0, 1}  # the slowest too
-    assert a.lowest == 1_000_000
-    assert a.decide(local, floor=None) == frozenset()  # not known: the claims alone
