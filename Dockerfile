@@ -36,9 +36,12 @@ FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="gpuwatch" \
       org.opencontainers.image.description="Real-time GPU observability and cost attribution for Kubernetes" \
       org.opencontainers.image.licenses="Apache-2.0"
+# Two malloc arenas: the worker's threads (Kafka clients, the Redis writer) would each map
+# an arena of their own, address space and resident pages a memory limit counts.
 ENV PATH=/opt/gpuwatch/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2 \
     HOME=/tmp
 # A fixed numeric uid/gid, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
 RUN groupadd --system --gid 10001 gpuwatch \
