@@ -82,7 +82,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PRODUCER_BATCH_BYTES = 256 << 10  # under the broker's 1 MB message limit, with room
-POLL_RECORDS = BATCH_MAX  # records a fetch hands the fetch loop (an agent's batch)
 PROGRESS_EVERY_S = 2.0  # stall limits are minutes; commits come every 2.8 s
 
 
@@ -150,11 +149,6 @@ def _app(settings: Settings, options: WorkerOptions) -> Any:
         # Faust's 16 kB default holds one node document (about 11 kB).
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_compression_type="lz4",
-        # Each fetch hands over at most this many records (Faust's default: all that the
-        # client holds, up to a megabyte of compressed records per partition). The fetch
-        # loop keeps a fetch's records until it has put the last into an inbox: behind a
-        # backlog that was some 60,000 records, 30 MB of them, decompressed.
-        broker_max_poll_records=POLL_RECORDS,
     )
 
 
