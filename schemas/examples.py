@@ -11,7 +11,7 @@ POD_UID: Final = "6f1c8a2e-4b3d-4e5f-9a7b-1c2d3e4f5a6b"
 POD_UID_2: Final = "0d4e9b71-c6a2-48f3-b5d9-2e7a1f3c8b60"
 POD_UID_3: Final = "a3c5e7f9-1b2d-4f6a-8c0e-9d7b5a3c1e2f"
 
-# DESIGN.md section 3.1, with the elided uuids completed.
+# docs/DESIGN.md §3.1, with the elided uuids completed.
 NVML_SAMPLE: Final[dict[str, Any]] = {
     "schema": "gpuwatch.nvml.sample/v1",
     "node": "gpu-node-17",
@@ -57,7 +57,7 @@ NVML_SAMPLE: Final[dict[str, Any]] = {
     ],
 }
 
-# DESIGN.md section 3.2, with the elided uid completed.
+# docs/DESIGN.md §3.2, with the elided uid completed.
 K8S_POD: Final[dict[str, Any]] = {
     "schema": "gpuwatch.k8s.pod/v1",
     "type": "MODIFIED",
@@ -258,7 +258,7 @@ CAPACITY: Final[dict[str, Any]] = {
     "product": "NVIDIA-H100-80GB-HBM3",
 }
 
-# A Kueue Workload of a 4-pod Job waiting for quota (not in DESIGN.md: added with the topic).
+# A Kueue Workload of a 4-pod Job waiting for quota (docs/DESIGN.md §3.2).
 K8S_WORKLOAD: Final[dict[str, Any]] = {
     "schema": "gpuwatch.k8s.workload/v1",
     "type": "MODIFIED",

@@ -102,7 +102,7 @@ K8sEventType = Literal["ADDED", "MODIFIED", "DELETED", "RESYNC"]
 """Watch event type; RESYNC is re-sent after a relist and consumers treat it like MODIFIED."""
 
 LifecycleState = Literal["queued", "running", "stalled", "finished"]
-"""Lifecycle state of a pod that requests a GPU (DESIGN.md section 4)."""
+"""Lifecycle state of a pod that requests a GPU (docs/DESIGN.md §4)."""
 
 AttributionMethod = Literal["exclusive", "process", "memory_share", "unknown"]
 """How a pod's compute share of a GPU was derived, from most to least precise.

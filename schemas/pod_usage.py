@@ -33,7 +33,7 @@ __all__ = ["TOPIC", "GpuUsage", "PodUsage"]
 class GpuUsage(Value, frozen=True, kw_only=True):
     """One GPU's use by the pod over the covered interval: integrals, peaks and means.
 
-    Seconds of a GPU shared by k pods count 1/k to each (DESIGN.md section 4). Intervals with
+    Seconds of a GPU shared by k pods count 1/k to each (docs/DESIGN.md §4). Intervals with
     unknown utilization count as allocated but neither used nor idle. `model`, `sharing`
     and the costs are resolved where the samples land (partitioned by node, with the
     node's labels for price overrides), because the pod-keyed side cannot see them.

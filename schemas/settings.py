@@ -527,7 +527,7 @@ class Settings(BaseModel):
     watcher: WatcherSettings = WatcherSettings()
 
 
-# Environment variable -> (group, field). The public names of DESIGN.md §6 first.
+# Environment variable -> (group, field). The public names of docs/DESIGN.md §6 first.
 ENV_VARS: dict[str, tuple[str, str]] = {
     "GPUWATCH_KAFKA_BOOTSTRAP": ("kafka", "bootstrap"),
     "GPUWATCH_TOPIC_PREFIX": ("kafka", "topic_prefix"),

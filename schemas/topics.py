@@ -1,4 +1,4 @@
-"""Every topic of DESIGN.md section 3 in one place: the specs, their order, co-partitioning."""
+"""Every topic of docs/DESIGN.md §3 in one place: the specs, their order, co-partitioning."""
 
 from typing import Any, Final
 
@@ -71,7 +71,7 @@ ALL_TOPICS: Final[tuple[TopicSpec[Any], ...]] = (
     WORK_UNITS,
     DEADLETTER,
 )
-"""All topics, in the order of DESIGN.md section 3 (`capacity`, `k8s.workloads`,
+"""All topics, in the order of docs/DESIGN.md §3 (`capacity`, `k8s.workloads`,
 `workload.lifecycle` and `work.units` added before `deadletter`)."""
 
 POD_KEYED: Final[tuple[TopicSpec[Any], ...]] = tuple(

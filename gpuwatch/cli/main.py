@@ -1,4 +1,4 @@
-"""The `gpuwatch` command: one console script, one verb per job (DESIGN.md §6).
+"""The `gpuwatch` command: one console script, one verb per job (docs/DESIGN.md §6).
 
 The top-level parser and options, the settings they override, and the dispatch to the
 verb's handler. Each verb lives in its own module; its heavy imports stay in its handler

@@ -30,7 +30,7 @@ def add_parser(verbs: Any) -> None:
         "Read the derived topics (pod.lifecycle, attribution, gpu.windows, alerts) and the "
         "node samples (the live state of each GPU) in a consumer group of its own "
         "(GPUWATCH_APP_ID + `.redis`, so replicas share the partitions) and write them into "
-        "Redis (GPUWATCH_REDIS_URL, the keys of DESIGN.md §5), each batch one transaction, "
+        "Redis (GPUWATCH_REDIS_URL, the keys of docs/DESIGN.md §5), each batch one transaction, "
         "offsets committed after Redis took it. While Redis is away, full (OOM), read-only "
         "or failing its snapshots (MISCONF) it keeps the batch and retries, counting each "
         "refusal by reason; when Redis comes back emptied or older, or evicted keys, it "
@@ -54,7 +54,7 @@ def add_parser(verbs: Any) -> None:
         "the pod and GPU metrics for Prometheus, from the topics",
         "Read pod.lifecycle, attribution, gpu.windows, pod.usage and the node samples in a "
         "consumer group of its own (GPUWATCH_APP_ID + `.metrics`, so replicas share the "
-        "partitions) and serve the pod and GPU metrics of DESIGN.md §5 (share, VRAM, state, "
+        "partitions) and serve the pod and GPU metrics of docs/DESIGN.md §5 (share, VRAM, state, "
         "utilization, allocation, idle seconds, cost and waste, unallocated access) on "
         "--port (GPUWATCH_SINK_EXPORTER_PORT, 9484). The worker serves the pipeline's own "
         "metrics and the stream's firing alerts. A partition that comes to it is read from "

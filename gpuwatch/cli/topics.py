@@ -17,7 +17,7 @@ def add_parser(verbs: Any) -> None:
         "topics",
         None,
         "create the Kafka topics",
-        "Manage the topics of DESIGN.md §3, named with the topic prefix.",
+        "Manage the topics of docs/DESIGN.md §3, named with the topic prefix.",
     )
     actions = add_actions(topics)
     create = add_verb(

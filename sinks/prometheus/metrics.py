@@ -1,4 +1,4 @@
-"""gpuwatch's Prometheus metrics (DESIGN.md §5): fed with decoded records, rendered at scrape.
+"""gpuwatch's Prometheus metrics (docs/DESIGN.md §5): fed with decoded records, rendered at scrape.
 
 Two processes feed one each: `gpuwatch sink metrics` the pods, GPUs and the fleet's
 capacity (sinks/prometheus/feed.py, from the topics), the worker its pipeline's counters and

@@ -1,6 +1,6 @@
-"""Every Redis key name the sink writes, in one place (DESIGN.md §5 plus the sink's own helpers).
+"""Every Redis key the sink writes, in one place (docs/DESIGN.md §5 plus the sink's own helpers).
 
-The public keys are the ones DESIGN.md §5 names; the others (`:windows`, `:seen`, `:last`,
+The public keys are the ones docs/DESIGN.md §5 names; the others (`:windows`, `:seen`, `:last`,
 per-window leaderboards) exist so that every write is an idempotent upsert keyed by a
 record's identity. SINKS-redis.md documents the layout and why each helper key exists.
 """

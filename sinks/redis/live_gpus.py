@@ -3,7 +3,7 @@
 Samples arrive every second per node; Redis needs only the newest per GPU, so a burst (a
 catch-up after an outage, a replay) costs one write per GPU, and a Redis outage holds at
 most one pending state per GPU. `idle_since` is the start of the GPU's current run of idle
-samples (`util_pct` under the idle threshold of the GPU's cluster, DESIGN §4), kept in
+samples (`util_pct` under the idle threshold of the GPU's cluster, docs/DESIGN.md §4), kept in
 this process: after a restart a GPU that was already idle shows idle since the first
 sample seen again.
 """

@@ -101,7 +101,7 @@ class PlanOptions:
     finished_ttl_s: int = 86_400
     timeline_maxlen: int = 1000  # about 1000 transitions and alerts: a pod's whole story
     alerts_maxlen: int = 10_000  # a day of alerts of a large fleet at a few per minute
-    leaderboard_ms: int = 3_600_000  # DESIGN §5: waste over the last hour
+    leaderboard_ms: int = 3_600_000  # docs/DESIGN.md §5: waste over the last hour
 
     def __post_init__(self) -> None:
         for name in ("finished_ttl_s", "timeline_maxlen", "alerts_maxlen", "leaderboard_ms"):

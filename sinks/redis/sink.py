@@ -155,7 +155,7 @@ def _unreachable_reason(err: RedisConnectionError | RedisTimeoutError) -> str:
 
 
 class RedisSink:
-    """Writes decoded records to Redis per DESIGN.md §5, one transaction per batch."""
+    """Writes decoded records to Redis per docs/DESIGN.md §5, one transaction per batch."""
 
     def __init__(
         self,

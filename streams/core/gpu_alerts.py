@@ -4,7 +4,7 @@ telemetry, and GPU health (`gpu_health`: Xid errors, ECC, row remapping, slowdow
 The worker keeps one `NodeAlertState` per node (a Table keyed by node) and calls `on_sample`
 per node sample and `on_watermark` per node on each stream-time tick. Alerts follow changes of
 what the state says is firing, so a replayed sample repeats none. Semantics and the choices
-made where DESIGN §4 leaves room: streams/SEMANTICS-alerts.md.
+made where docs/DESIGN.md §4 leaves room: streams/SEMANTICS-alerts.md.
 
 A node is `(cluster, node)`. The alerts of a node of a named cluster carry the cluster
 in `cluster` and in their labels, name it in the summary and have a fingerprint of their

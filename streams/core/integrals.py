@@ -2,7 +2,7 @@
 
 Every number here is an integral over `[ts, ts + interval_ms)`, so the integrals of an
 interval cut into pieces sum to those of the whole (`scaled`), except `vram_peak_bytes`,
-which is a maximum. Conventions where DESIGN §4 leaves room:
+which is a maximum. Conventions where docs/DESIGN.md §4 leaves room:
 
 - Seconds with an unknown reading are neither busy nor idle, for the GPU and for a pod; they
   still count as allocated (and cost), never as waste. A GPU's allocated idle seconds are

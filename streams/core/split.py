@@ -1,9 +1,9 @@
-"""Splits one GPU's sampled interval among the pods that hold it or compute on it (DESIGN §4).
+"""Splits one GPU's sampled interval among the pods that hold or compute on it (docs/DESIGN.md §4).
 
 A pod appears in a split when the sample's allocations list the GPU for it (a holder) or
 when one of its processes runs on the GPU without an allocation (a leak: a share, but
 `allocated_fraction` 0). Holders share allocation equally (1/k each, time-slicing
-replicas); compute share follows DESIGN §4:
+replicas); compute share follows docs/DESIGN.md §4:
 
 - exclusive: a GPU with sharing `exclusive` (or a MIG instance, which is hardware-isolated)
   and at most one pod: that pod's share is the device reading, even when its processes are

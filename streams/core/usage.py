@@ -1,4 +1,4 @@
-"""Node-side pre-aggregation of per-pod GPU usage into `pod.usage` messages (DESIGN §4).
+"""Node-side pre-aggregation of per-pod GPU usage into `pod.usage` messages (docs/DESIGN.md §4).
 
 `pod.usage` is the pipeline's one repartition (node -> pod uid); one message per GPU-sample
 would cost the fleet 40,000 messages/s. A pod's intervals are summed here into one
@@ -41,7 +41,7 @@ from streams.core.windows import Part, split_interval, window_start
 
 __all__ = ["FLUSH_MS", "GpuUsageAcc", "PendingUsage", "PodTrack", "UsageAggregator"]
 
-FLUSH_MS = 10_000  # 10 samples a message at 1 Hz (DESIGN: an order of magnitude fewer)
+FLUSH_MS = 10_000  # 10 samples a message at 1 Hz (docs/DESIGN.md §4: an order of magnitude fewer)
 _SCHEMA: Final = "gpuwatch.pod.usage/v1"
 
 

@@ -1,4 +1,4 @@
-"""Event-time windows as explicit bucket keys, closed by stream time (DESIGN §4).
+"""Event-time windows as explicit bucket keys, closed by stream time (docs/DESIGN.md §4).
 
 Faust's windowed tables bucket by wall clock and close per partition unreliably, so windows
 are plain integers here: a window is `[start, start + window_ms)` with `start` a multiple of

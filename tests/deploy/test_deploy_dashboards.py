@@ -217,7 +217,7 @@ CAPACITY = {
     "gpuwatch_free_gpus", "gpuwatch_stranded_gpus", "gpuwatch_reclaimable_gpus",
     "gpuwatch_blocked_pods",
 }  # fmt: skip
-"""DESIGN.md section 7's capacity metrics, and the blocked pods beside them."""
+"""docs/DESIGN.md §5's capacity metrics, and the blocked pods beside them."""
 
 
 def test_the_fleet_board_has_a_capacity_row_of_the_capacity_metrics(exported: Exported) -> None:

@@ -1,7 +1,7 @@
 """Checks the fault tests share: records compared by identity, and Redis against the derived topics.
 
 What Redis must hold is worked out here from the derived topics alone, by the rules of
-DESIGN.md §5 (a pod's state is its latest transition, a finished pod stays finished; a pod's
+docs/DESIGN.md §5 (a pod's state is its latest transition, a finished pod stays finished; a pod's
 cost is the sum of its attribution records, each identity once; an alert fires while its
 latest message fires), not by the sink's code.
 """

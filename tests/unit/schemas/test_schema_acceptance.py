@@ -22,7 +22,7 @@ from schemas import (
 from schemas.examples import EXAMPLES, GPU_0, POD_UID, example
 from schemas.export import JSON_DIR
 
-# DESIGN.md section 3.1 and 3.2, verbatim; only the elided uuids ("...") differ.
+# docs/DESIGN.md §3.1 and §3.2, verbatim; only the elided uuids ("...") differ.
 DESIGN_NVML_SAMPLE = """
 {"schema": "gpuwatch.nvml.sample/v1", "node": "gpu-node-17",
  "ts": 1764412345000, "interval_ms": 1000, "seq": 81234,

@@ -1,4 +1,4 @@
-"""Every topic of DESIGN.md section 3 is specified with the right key, schema and configuration."""
+"""Every topic of docs/DESIGN.md §3 is specified with the right key, schema and configuration."""
 
 import base64
 import json
@@ -27,7 +27,7 @@ ROOT = JSON_DIR.parent.parent  # the repository root, where `schemas` is a regul
 
 DAY_MS = 86_400_000
 
-# DESIGN.md section 3: topic, key, value schema, in the table's order (`capacity` added
+# docs/DESIGN.md §3: topic, key, value schema, in the table's order (`capacity` added
 # before the dead letters).
 DESIGN_TOPICS = [
     ("nvml.samples", "node", "gpuwatch.nvml.sample/v1"),

@@ -32,7 +32,7 @@ def test_the_fast_exposition_says_what_prometheus_client_says() -> None:
     fast, reference = exposition(metrics.registry), generate_latest(metrics.registry)
     assert parsed(fast) == parsed(reference)
     names = {name for name, _, _ in parsed(fast)}
-    # every family of DESIGN.md section 5, the cap's own, firing alerts, the example's
+    # every family of docs/DESIGN.md §5, the cap's own, firing alerts, the example's
     # ECC count (0): its GPU has ECC, the four capacity families and the example pod's cost
     # per step
     assert len(names) == 24

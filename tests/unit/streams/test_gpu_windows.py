@@ -27,7 +27,7 @@ WINDOWS = Codec(GpuWindow)
 
 
 def design_sample(ts: int, interval_ms: int = 1000, **gpu: Any) -> NvmlSample:
-    """The DESIGN §3.1 sample at another time, decoded through the codec."""
+    """The docs/DESIGN.md §3.1 sample at another time, decoded through the codec."""
     raw = example("gpuwatch.nvml.sample/v1")
     raw["ts"], raw["interval_ms"] = ts, interval_ms
     raw["gpus"][0].update(gpu)

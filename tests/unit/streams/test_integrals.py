@@ -1,4 +1,7 @@
-"""integrate: seconds, energy and dollars of a split interval, per pod and per GPU (DESIGN §4)."""
+"""integrate: seconds, energy and dollars of a split interval, per pod and per GPU.
+
+The rules: docs/DESIGN.md §4.
+"""
 
 from __future__ import annotations
 

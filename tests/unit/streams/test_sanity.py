@@ -165,7 +165,7 @@ def test_allocated_devices_nvml_does_not_report_are_warnings() -> None:
 
 
 def pod(**changes: Any) -> K8sPod:
-    """The DESIGN §3.2 pod event with changes."""
+    """The docs/DESIGN.md §3.2 pod event with changes."""
     fields = example("gpuwatch.k8s.pod/v1")
     fields.update(changes)
     return PODS.decode(msgspec.json.encode(fields))

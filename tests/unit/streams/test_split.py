@@ -1,4 +1,7 @@
-"""split_gpu: compute shares, allocation, idleness and leaks of one GPU interval (DESIGN §4)."""
+"""split_gpu: compute shares, allocation, idleness and leaks of one GPU interval.
+
+The rules: docs/DESIGN.md §4.
+"""
 
 from __future__ import annotations
 

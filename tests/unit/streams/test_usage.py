@@ -29,7 +29,7 @@ PRICES = PriceBook(BUILTIN_PRICES)
 
 
 def design_sample(ts: int, interval_ms: int = 1000, util: float | None = 87.0) -> NvmlSample:
-    """The DESIGN §3.1 sample (one pod alone on an H100) at another time and reading."""
+    """The docs/DESIGN.md §3.1 sample (one pod alone on an H100) at another time and reading."""
     raw = example("gpuwatch.nvml.sample/v1")
     raw["ts"], raw["interval_ms"] = ts, interval_ms
     raw["gpus"][0]["util_pct"] = util

@@ -19,7 +19,7 @@ Kafka exists before the release); "init", a first container of the worker and si
 
 {{/*
 Every topic gpuwatch uses, as a YAML list of {name, config}, with the prefix and app id
-of the values: the public topics of DESIGN.md section 3 (schemas/topics.py ALL_TOPICS,
+of the values: the public topics of docs/DESIGN.md §3 (schemas/topics.py ALL_TOPICS,
 their configs from gpuwatch.kafka.topic_configs), the worker's internal tick and fleet
 topics (gpuwatch/run/worker.py ensure_tick_topic) and the compacted changelogs of its two
 tables (streams/faust/app.py changelog_topic_names). tests/deploy keeps this list equal
