@@ -43,7 +43,7 @@ demo: install
 	$(BIN)/gpuwatch demo $(DEMO_ARGS)
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n auto tests/unit
 
 # A pinned helm for the chart tests, built once into ~/.cache/gpuwatch (minutes).
 helm:
@@ -66,9 +66,12 @@ deploy-check: venv helm
 
 # The whole suite: lint and types, then unit, integration and e2e tests against
 # the real local stack with its Kubernetes API server (started here when not running).
+# The unit tests (pure CPU) run on every core; the others one at a time, as they share
+# the stack and some measure time.
 test: install lint tools
 	$(BIN)/gpuwatch stack up --kube
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n auto tests/unit
+	$(BIN)/pytest -q tests --ignore=tests/unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
