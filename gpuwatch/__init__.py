@@ -1,3 +1,3 @@
-"""gpuwatch wiring: the command line, the settings loader, the local stack and topic admin."""
+"""The `gpuwatch` command and its wiring: CLI, settings, Kafka admin, processes, stack, tools."""
 
 __version__ = "0.1.0"

@@ -1,1 +1,1 @@
-"""Producers: the node agent (NVML samples) and the Kubernetes watcher, publishing to Kafka."""
+"""Producers: the node agent and the Kubernetes watcher, publishing to Kafka; the simulator."""

@@ -1,0 +1,1 @@
+"""`gpuwatch replay`: what happened to a pod, GPU or node, from the topics; `--rerun`."""

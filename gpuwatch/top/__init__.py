@@ -1,0 +1,1 @@
+"""`gpuwatch top`: the live terminal view of pods, GPUs, alerts and capacity, from Redis."""

@@ -1,4 +1,4 @@
-"""The Kubernetes watcher: list+watch of Pods and Nodes to `k8s.pods` and `k8s.nodes`.
+"""The Kubernetes watcher: list+watch of Pods, Nodes and Kueue Workloads into `k8s.*` topics.
 
 Pure core: `objects` (typed API JSON), `selection` (GPU pods and nodes, effective GPU
 request), `owners` (ReplicaSet -> Deployment, Job -> CronJob), `normalise` (objects to

@@ -1,0 +1,1 @@
+"""The Prometheus metrics: their records, collector and exposition, and `sink metrics`' feed."""

@@ -1,0 +1,1 @@
+"""The pure core of the stream processors: split, windows, lifecycle, alerts, ticks, capacity."""
