@@ -28,6 +28,7 @@ from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
+from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
 from streams.core.capacity import (
     UNKNOWN_MODEL,
     Blocked,
@@ -36,7 +37,6 @@ from streams.core.capacity import (
     QueuedPod,
     assess,
 )
-from streams.core.pod_alerts import fingerprint, in_cluster
 
 __all__ = [
     "FLEET_PARTITION",
@@ -540,9 +540,7 @@ def _run(b: Blocked, pod: FleetPod, at: int) -> BlockedRun:
     }
     if pod.owner is not None:
         labels["owner"] = pod.owner
-    if pod.cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = pod.cluster
-    return BlockedRun(since=at, labels=labels, cluster=pod.cluster)
+    return BlockedRun(since=at, labels=with_cluster(labels, pod.cluster), cluster=pod.cluster)
 
 
 def _blocked_alert(

@@ -8,7 +8,7 @@ made where docs/DESIGN.md §4 leaves room: streams/SEMANTICS-alerts.md.
 
 A node is `(cluster, node)`. The alerts of a node of a named cluster carry the cluster
 in `cluster` and in their labels, name it in the summary and have a fingerprint of their
-own (`pod_alerts.fingerprint`); those of the default cluster are as before clusters existed.
+own (`alert_identity`); those of the default cluster are as before clusters existed.
 """
 
 from typing import Literal
@@ -20,6 +20,7 @@ from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.settings import RuleSettings
+from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
 from streams.core.gpu_health import (
     HEALTH_SEVERITY,
     Fault,
@@ -29,7 +30,6 @@ from streams.core.gpu_health import (
     health_removed,
     health_step,
 )
-from streams.core.pod_alerts import fingerprint, in_cluster
 from streams.core.split import AllocationIndex, SampleView, sample_view, split_gpu
 
 __all__ = [
@@ -115,13 +115,6 @@ def _alert(
     )
 
 
-def _labels(cluster: str, **labels: str) -> dict[str, str]:
-    """Routing labels, with `cluster` where it is a named one."""
-    if cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = cluster
-    return labels
-
-
 def _idle_fired(uuid: GpuUuid, run: Run, who: list[str], idle_ms: int) -> Alert:
     """The firing message of a GpuIdleAllocated alert; `who` names the holders (`ns/pod`)."""
     labels = run.labels
@@ -154,7 +147,7 @@ def _telemetry(state: NodeAlertState, firing: bool, since: int, ts: int) -> Aler
     """A NodeTelemetryMissing message of `state`'s node."""
     node = state.node
     text = f"no NVML samples from {node} for" if firing else f"NVML samples from {node} again after"
-    run = Run(since=since, firing=firing, labels=_labels(state.cluster, node=node))
+    run = Run(since=since, firing=firing, labels=with_cluster({"node": node}, state.cluster))
     return _alert("NodeTelemetryMissing", node, run, ts, f"{text} {max(ts - since, 0) // _MS} s")
 
 

@@ -28,7 +28,7 @@ from schemas.alert import Alert, AlertName, AlertSubject, Severity
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
-from streams.core.pod_alerts import fingerprint, in_cluster
+from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
 from streams.core.split import AllocationIndex
 
 __all__ = [
@@ -119,9 +119,9 @@ def _holders(sample: NvmlSample, gpu: GpuReading, index: AllocationIndex) -> lis
 def gpu_labels(sample: NvmlSample, gpu: GpuReading, who: list[str]) -> dict[str, str]:
     """Routing labels of a GPU alert: node, gpu, model (and MIG profile), the pods named
     as `ns/pod` (and the cluster, where it is a named one)."""
-    labels = {"node": sample.node, "gpu": gpu.uuid, "model": gpu.model}
-    if sample.cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = sample.cluster
+    labels = with_cluster(
+        {"node": sample.node, "gpu": gpu.uuid, "model": gpu.model}, sample.cluster
+    )
     if gpu.mig_profile is not None:
         labels["mig_profile"] = gpu.mig_profile
     if len(who) == 1:

@@ -7,54 +7,31 @@ watermark tick), and resolves when it leaves queued. Alerts follow changes of th
 kept in `PodState`, so a repeated input repeats no alert.
 
 The alerts of a pod of a named cluster carry the cluster in `cluster` and in their labels,
-name it in the summary (`in_cluster`) and have a fingerprint of their own; those of the
+name it in the summary and have a fingerprint of their own (`alert_identity`); those of the
 default cluster are as before clusters existed.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import msgspec
 
 from schemas.alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
-from schemas.fields import DEFAULT_CLUSTER
-from schemas.ids import AlertFingerprint
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RuleSettings
+from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
 from streams.core.lifecycle import IDLE
 from streams.core.lifecycle_reasons import CRASH_LOOP
 from streams.core.pod_state import PodState
 
-__all__ = ["SEVERITY", "alert_labels", "evaluate", "fingerprint", "in_cluster", "still_firing"]
+__all__ = ["SEVERITY", "alert_labels", "evaluate", "still_firing"]
 
 SEVERITY: dict[AlertName, Severity] = {
     # Warnings: both waste money or time but need a person, not a page at night.
     "PodStalled": "warning",
     "PodQueuedTooLong": "warning",
 }
-
-_FINGERPRINT_HEX = 16  # 64 bits: no collision among millions of live alerts
-
-
-def fingerprint(name: str, kind: str, id_: str, cluster: str = DEFAULT_CLUSTER) -> AlertFingerprint:
-    """An alert's stable id: sha1 of `name|kind|id` (UTF-8), the first 16 hex digits.
-
-    `kind` is the subject kind (pod, gpu, node) and `id_` its id (pod uid, GPU uuid, node
-    name), so the firing and the resolved message of one alert share it. In a named
-    cluster the id is `cluster/id`: node names repeat across clusters (and neither
-    contains `/`), so `gpu-node-1` of two clusters is two alerts.
-    """
-    if cluster != DEFAULT_CLUSTER:
-        id_ = f"{cluster}/{id_}"
-    digest = hashlib.sha1(f"{name}|{kind}|{id_}".encode(), usedforsecurity=False)
-    return AlertFingerprint(digest.hexdigest()[:_FINGERPRINT_HEX])
-
-
-def in_cluster(summary: str, cluster: str) -> str:
-    """An alert's summary, naming the cluster where it is a named one."""
-    return summary if cluster == DEFAULT_CLUSTER else f"[cluster {cluster}] {summary}"
 
 
 def alert_labels(state: PodState) -> dict[str, str]:
@@ -65,10 +42,7 @@ def alert_labels(state: PodState) -> dict[str, str]:
         labels["team"] = state.labels["team"]
     if state.node is not None:
         labels["node"] = state.node
-    cluster = state.cluster_name()
-    if cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = cluster
-    return labels
+    return with_cluster(labels, state.cluster_name())
 
 
 def _alert(

@@ -30,7 +30,7 @@ from schemas.k8s_pod import Owner
 from schemas.k8s_workload import K8sWorkload
 from schemas.settings import RuleSettings
 from schemas.workload_lifecycle import WorkloadLifecycle, WorkloadState
-from streams.core.pod_alerts import fingerprint, in_cluster
+from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
 from streams.core.workloads import WorkloadStanding, standing
 
 __all__ = [
@@ -261,8 +261,7 @@ def _alert(
         labels["team"] = state.labels["team"]
     if state.job_uid is not None:
         labels["job_uid"] = state.job_uid  # its pods' controller_uid: replay finds it by them
-    if state.cluster != DEFAULT_CLUSTER:
-        labels["cluster"] = state.cluster
+    with_cluster(labels, state.cluster)
     return Alert(
         schema="gpuwatch.alert/v1",
         fingerprint=fingerprint(ALERT, "workload", state.uid, state.cluster),

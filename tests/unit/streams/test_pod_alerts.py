@@ -9,7 +9,8 @@ from test_pod_fixtures import RULES, UID, WINDOWS, container, events, pod, usage
 
 from schemas.alert import TOPIC as ALERTS
 from schemas.alert import Alert
-from streams.core.pod_alerts import alert_labels, fingerprint
+from streams.core.alert_identity import fingerprint
+from streams.core.pod_alerts import alert_labels
 from streams.core.pod_state import PodState
 from streams.core.pod_step import step_pod_event, step_usage, step_watermark
 
