@@ -5,7 +5,8 @@ The pod set comes from the state sorted sets, not a SCAN, and a refresh costs at
 three round trips: the set sizes, uids, firing alerts and the capacity hash; every pod and
 GPU hash in one pipeline; the names of GPU owners that were not read as rows. At most
 `max_rows` pods and GPUs are read per refresh (pods that want attention first), and the view
-says how many were left out. Rendering is `gpuwatch/top/view.py`.
+says how many were left out. What is shown is `gpuwatch/top/view.py`, drawn by
+`gpuwatch/top/text.py` (tables, with `rich`) and `gpuwatch/top/as_json.py`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,20 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from os import terminal_size
 from typing import Any, Final, TextIO
 
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.segment import Segments
+from rich.text import Text
+
+from gpuwatch.tables import plain
+from gpuwatch.top.as_json import render_json
 from gpuwatch.top.capacity import parse_capacity
+from gpuwatch.top.text import Frame, fit_screen, frame, render_text
 from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
@@ -27,9 +37,6 @@ from gpuwatch.top.view import (
     PodRow,
     Query,
     Snapshot,
-    fit_screen,
-    render_json,
-    render_text,
 )
 from gpuwatch.top.workloads import parse_workload
 from schemas.fields import DEFAULT_CLUSTER, LifecycleState
@@ -58,7 +65,6 @@ MAX_ROWS: Final = 3000  # a few thousand hashes in one pipeline read in well und
 READ_ORDER: Final[tuple[LifecycleState, ...]] = ("stalled", "queued", "running", "finished")
 """Order the state sets fill the `max_rows` cap in: the pods that want attention first."""
 SOCKET_TIMEOUT_S: Final = 5.0  # a view that hangs longer than this is worse than an error
-CLEAR: Final = "\x1b[H\x1b[2J"  # cursor home, erase screen: plain ANSI, works over SSH
 
 
 class TopUnavailable(Exception):  # noqa: N818 - named for what the user sees
@@ -329,7 +335,7 @@ def _unnamed(
 
 def live(
     read: Callable[[], Snapshot],
-    render: Callable[[Snapshot, int], str],
+    render: Callable[[Snapshot, int], RenderableType],
     first: Snapshot,
     out: TextIO,
     *,
@@ -340,29 +346,62 @@ def live(
 ) -> int:
     """Redraws every `interval_s` until Ctrl-C, then returns 0.
 
-    On a terminal each frame clears the screen and is cut to its size; otherwise frames are
-    printed one after another, plain. A failed read keeps the last rows and says so on top.
+    On a terminal the view is `rich`'s full screen, each frame cut to its size, and the last
+    frame is printed again when it ends (the prompt comes back below it); otherwise frames
+    are printed one after another, plain. A failed read keeps the last rows and says so on
+    top.
     """
-    tty = out.isatty()
+    console = _terminal(out) if out.isatty() else None
+    shown: Segments | None = None
     snapshot, error = first, ""
     try:
-        while True:
-            text = render(snapshot, int(now() * 1000))
-            if error:
-                text = f"! {error} (retrying every {interval_s:g}s)\n{text}"
-            if tty:
-                size = screen()
-                out.write(CLEAR + fit_screen(text, size.columns, size.lines))
-            else:
-                out.write(text + "\n")
-            out.flush()
-            sleep(interval_s)
-            try:
-                snapshot, error = read(), ""
-            except TopUnavailable as exc:
-                error = str(exc)
+        with _screen(console) as on_screen:
+            while True:
+                view = render(snapshot, int(now() * 1000))
+                if error:
+                    warning = Text(f"! {error} (retrying every {interval_s:g}s)", no_wrap=True)
+                    view = Group(warning, view)
+                if console is not None and on_screen is not None:
+                    size = screen()
+                    console.size = (size.columns, size.lines)
+                    hidden = view.hidden if isinstance(view, Frame) else 0
+                    shown = fit_screen(console, view, size.columns, size.lines, hidden)
+                    on_screen.update(shown, refresh=True)
+                else:
+                    out.write(plain(view) + "\n")
+                    out.flush()
+                sleep(interval_s)
+                try:
+                    snapshot, error = read(), ""
+                except TopUnavailable as exc:
+                    error = str(exc)
     except KeyboardInterrupt:
-        return 0  # the frame ends with a newline: the prompt comes back below it
+        if console is not None and shown is not None:
+            console.print(shown, end="")
+        return 0
+
+
+def _screen_rows(out: TextIO) -> int | None:
+    """The most table rows a frame can show: a screen's height on a terminal."""
+    return shutil.get_terminal_size().lines if out.isatty() else None
+
+
+def _terminal(out: TextIO) -> Console:
+    """A console that styles (bold headers) and reads no markup or emoji codes in names."""
+    return Console(file=out, force_terminal=True, highlight=False, markup=False, emoji=False)
+
+
+def _screen(console: Console | None) -> AbstractContextManager[Live | None]:
+    """The full screen of the live view on a terminal; nothing otherwise."""
+    if console is None:
+        return nullcontext()
+    return Live(
+        console=console,
+        screen=True,
+        auto_refresh=False,  # a frame is drawn when read, not on a timer thread
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
 
 
 def run(
@@ -389,7 +428,7 @@ def run(
             return 0  # Ctrl-C before the first frame ends the view as quietly as after it
         return live(
             lambda: reader.read(query.state),
-            lambda snapshot, at: render_text(snapshot, query, header, at),
+            lambda snapshot, at: frame(snapshot, query, header, at, _screen_rows(out)),
             first,
             out,
             interval_s=options.interval_s,

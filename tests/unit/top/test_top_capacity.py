@@ -3,12 +3,23 @@ and on the JSON the Redis sink stores."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 
 import msgspec
+from rich.console import Console
 
+from gpuwatch.tables import plain_lines
+from gpuwatch.top.as_json import (
+    render_json,
+)
 from gpuwatch.top.capacity import CapacityRow, capacity_line, parse_capacity
+from gpuwatch.top.text import (
+    fit_screen,
+    frame,
+    render_text,
+)
 from gpuwatch.top.view import (
     AlertRow,
     Header,
@@ -16,9 +27,6 @@ from gpuwatch.top.view import (
     Query,
     Snapshot,
     clusters,
-    fit_screen,
-    render_json,
-    render_text,
 )
 from schemas.capacity import Capacity
 from schemas.examples import example
@@ -132,8 +140,8 @@ def test_clusters_have_a_capacity_line_each_and_cluster_keeps_one() -> None:
 
 def test_a_long_capacity_line_is_cut_to_the_terminal_like_any_other() -> None:
     many = tuple(replace(L40S, model=f"model-{i:02d}") for i in range(20))
-    text = render_text(replace(ONE, capacity=many), Query(), HEADER, NOW)
-    shown = fit_screen(text, 80, 40).split("\n")
+    view = frame(replace(ONE, capacity=many), Query(), HEADER, NOW)
+    shown = plain_lines(fit_screen(Console(file=io.StringIO()), view, 80, 40))
     assert shown[2].startswith("capacity: model-00 free 3  |  model-01 free 3")
     assert max(len(line) for line in shown) <= 80
 

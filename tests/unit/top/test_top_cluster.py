@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
+from gpuwatch.top.as_json import (
+    render_json,
+)
 from gpuwatch.top.live import parse_alert, parse_gpu, parse_pod
+from gpuwatch.top.text import (
+    render_text,
+)
 from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
@@ -13,8 +19,6 @@ from gpuwatch.top.view import (
     Query,
     Snapshot,
     clusters,
-    render_json,
-    render_text,
     select,
 )
 

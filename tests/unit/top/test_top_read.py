@@ -8,10 +8,11 @@ from collections.abc import Callable
 from os import terminal_size
 
 import pytest
+from rich.console import Group
+from rich.text import Text
 
 from gpuwatch import cli
 from gpuwatch.top.live import (
-    CLEAR,
     TopOptions,
     TopUnavailable,
     live,
@@ -141,8 +142,8 @@ def stop_after(n: int, slept: list[float]) -> Callable[[float], None]:
     return sleep
 
 
-def render(snapshot: Snapshot, at: int) -> str:
-    return f"at {at} pods {len(snapshot.pods)}\n"
+def render(snapshot: Snapshot, at: int) -> Text:
+    return Text(f"at {at} pods {len(snapshot.pods)}")
 
 
 def pods(n: int) -> Snapshot:
@@ -182,27 +183,33 @@ def test_live_redraws_until_ctrl_c_and_keeps_rows_when_a_read_fails() -> None:
     assert "\x1b" not in out.getvalue()
 
 
-def test_live_on_a_terminal_clears_and_fits_the_screen() -> None:
+ALT_SCREEN_ON, ALT_SCREEN_OFF, HOME = "\x1b[?1049h", "\x1b[?1049l", "\x1b[H"
+SHOW_CURSOR = "\x1b[?25h"
+
+
+def test_live_on_a_terminal_draws_full_screen_frames_fitted_and_leaves_the_last() -> None:
     out = Tty()
+    reads = iter([pods(2), pods(3)])
     status = live(
-        lambda: pods(1),
-        lambda s, at: "".join(f"row {i} {'x' * 30}\n" for i in range(10)),
+        lambda: next(reads),
+        lambda s, at: Group(*(Text(f"row {i} {len(s.pods)}{'x' * 30}") for i in range(10))),
         pods(1),
         out,
         interval_s=0.5,
         now=lambda: 0.0,
-        sleep=stop_after(1, []),
+        sleep=stop_after(3, []),
         screen=lambda: terminal_size((10, 5)),
     )
     assert status == 0
-    frame = out.getvalue()
-    assert frame.startswith(CLEAR)
-    assert frame[len(CLEAR) :].splitlines() == [
-        "row 0 xxxx",
-        "row 1 xxxx",
-        "row 2 xxxx",
-        "... 7 more",
+    screen, after = out.getvalue().split(SHOW_CURSOR + ALT_SCREEN_OFF)
+    assert screen.startswith(ALT_SCREEN_ON)
+    frames = [f for f in screen.split(HOME) if f.startswith("row")]
+    assert [f.splitlines() for f in frames] == [
+        ["row 0 1xxx", "row 1 1xxx", "row 2 1xxx", "... 7 more", " " * 10],
+        ["row 0 2xxx", "row 1 2xxx", "row 2 2xxx", "... 7 more", " " * 10],
+        ["row 0 3xxx", "row 1 3xxx", "row 2 3xxx", "... 7 more", " " * 10],
     ]
+    assert after.splitlines() == ["row 0 3xxx", "row 1 3xxx", "row 2 3xxx", "... 7 more"]
 
 
 @pytest.mark.parametrize(

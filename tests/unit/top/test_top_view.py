@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
 
+from gpuwatch.tables import plain_lines
+from gpuwatch.top.as_json import (
+    render_json,
+)
+from gpuwatch.top.cells import (
+    fmt_age,
+    fmt_bytes,
+    fmt_pct,
+    fmt_usd,
+    short_uuid,
+)
+from gpuwatch.top.text import (
+    fit_screen,
+    frame,
+    render_text,
+)
 from gpuwatch.top.view import (
     AlertRow,
     GpuRow,
@@ -15,16 +34,8 @@ from gpuwatch.top.view import (
     PodRow,
     Query,
     Snapshot,
-    fit_screen,
-    fmt_age,
-    fmt_bytes,
-    fmt_pct,
-    fmt_usd,
     notes,
-    render_json,
-    render_text,
     select,
-    short_uuid,
 )
 
 NOW = 1_764_412_800_000  # 2025-11-29 10:40:00 UTC
@@ -374,17 +385,36 @@ def test_json_has_the_rows_in_order_with_raw_numbers() -> None:
     assert doc["notes"] == []
 
 
+def fitted(view: RenderableType, columns: int, rows: int) -> list[str]:
+    """What the live view draws of `view` on a terminal of that size, without its styles."""
+    return plain_lines(fit_screen(Console(file=io.StringIO()), view, columns, rows))
+
+
 def test_fit_screen_cuts_width_and_height() -> None:
-    text = "\n".join(f"line {i} " + "x" * 20 for i in range(10)) + "\n"
-    fitted = fit_screen(text, 12, 6).splitlines()
-    assert fitted == [
+    view = Group(*(Text(f"line {i} " + "x" * 20) for i in range(10)))
+    assert fitted(view, 12, 6) == [
         "line 0 xxxxx",
         "line 1 xxxxx",
         "line 2 xxxxx",
         "line 3 xxxxx",
         "... 6 more l",
     ]
-    assert fit_screen("a\nb\n", 80, 24) == "a\nb\n"
+    assert fitted(Group(Text("a"), Text("b")), 80, 24) == ["a", "b"]
+
+
+def test_a_frame_of_a_screen_of_rows_draws_what_the_whole_frame_shows_there() -> None:
+    cut = frame(SNAPSHOT, Query(), HEADER, NOW, rows_at_most=3)
+    assert cut.hidden == 1  # the fourth pod; three GPUs and three alerts fit
+    on_screen = plain_lines(fit_screen(Console(file=io.StringIO()), cut, 200, 9, cut.hidden))
+    whole = fitted(frame(SNAPSHOT, Query(), HEADER, NOW), 200, 9)
+    assert [line.split() for line in on_screen] == [line.split() for line in whole]
+    assert whole[-1] == f"... {len(EXPECTED.splitlines()) - 7} more lines: use --limit"
+
+
+def test_a_narrow_terminal_cuts_the_lines_of_the_plain_tables_at_its_edge() -> None:
+    shown = fitted(frame(SNAPSHOT, Query(), HEADER, NOW), 50, 60)
+    assert shown == [line[:50].rstrip() for line in EXPECTED.splitlines()]
+    assert shown[4] == "POD                      TEAM    STATE     REASON"
 
 
 XID = AlertRow(
