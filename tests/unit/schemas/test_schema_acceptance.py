@@ -1,4 +1,4 @@
-"""Acceptance cases of the wire contracts, spelled out: DESIGN examples, bad messages, errors."""
+"""Acceptance cases of the wire contracts: the docs/DESIGN.md examples, bad messages, errors."""
 
 import json
 import pickle
