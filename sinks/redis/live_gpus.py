@@ -3,9 +3,11 @@
 Samples arrive every second per node; Redis needs only the newest per GPU, so a burst (a
 catch-up after an outage, a replay) costs one write per GPU, and a Redis outage holds at
 most one pending state per GPU. `idle_since` is the start of the GPU's current run of idle
-samples (`util_pct` under the idle threshold of the GPU's cluster, docs/DESIGN.md §4), kept in
-this process: after a restart a GPU that was already idle shows idle since the first
-sample seen again.
+samples, by the rule the idle alert uses (`streams.core.idleness`, with the idle threshold
+of the GPU's cluster): a GPU pods hold is idle when each of them is by its own share, so on
+a time-sliced GPU a process of no pod that keeps the device busy does not hide idle
+holders; a GPU no pod holds is idle by its device reading. The run is kept in this process:
+after a restart a GPU that was already idle shows idle since the first sample seen again.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping
 from schemas.ids import GpuUuid
 from schemas.nvml_sample import NvmlSample
 from sinks.redis.plan import GpuLive, gpu_live_states
+from streams.core.idleness import idle_by_gpu
 
 __all__ = ["LiveGpus"]
 
@@ -46,17 +49,14 @@ class LiveGpus:
         end = sample.ts + sample.interval_ms
         runs: dict[GpuUuid, int | None] = {}
         threshold = self._by_cluster.get(sample.cluster, self._idle_util_pct)
-        for gpu in sample.gpus:
-            uuid = gpu.uuid
+        for uuid, idle in idle_by_gpu(sample, threshold).items():
             if self._seen_until.get(uuid, -1) >= end:
                 continue
-            if gpu.util_pct is None:
-                runs[uuid] = None  # unknown is not idle
-            elif gpu.util_pct < threshold:
+            if idle:
                 since = self._idle_since.get(uuid)
                 runs[uuid] = sample.ts if since is None else since
             else:
-                runs[uuid] = None
+                runs[uuid] = None  # busy, or unknown: unknown is not idle
         if not runs:
             return
         if len(self._seen_until) > self._max_gpus:  # GPUs gone for good: start afresh

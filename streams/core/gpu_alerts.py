@@ -30,7 +30,8 @@ from streams.core.gpu_health import (
     health_removed,
     health_step,
 )
-from streams.core.split import AllocationIndex, SampleView, sample_view, split_gpu
+from streams.core.idleness import gpu_idle
+from streams.core.split import AllocationIndex, SampleView, sample_view
 
 __all__ = [
     "IDLE_ALERT_AFTER_S",
@@ -198,33 +199,20 @@ def _missing_seqs(last: int | None, seq: int) -> int:
     return 0 if last is None else seq - last - 1 if seq > last else seq
 
 
-def _holders_idle(
-    gpu: GpuReading, holders: list[PodUid], leaks: bool, idle_util_pct: float
-) -> bool | None:
-    """Whether every holder is idle on the GPU by its own share; None when one is unknown."""
-    util = gpu.util_pct
-    if len(holders) == 1 and not leaks and util is not None and gpu.sharing == "exclusive":
-        return util < idle_util_pct  # split_gpu's sole-holder case, without building the split
-    idle = [
-        pod.idle for pod in split_gpu(gpu, holders, idle_util_pct).pods if pod.allocated_fraction
-    ]
-    return False if False in idle else None if None in idle else True
-
-
 def _idle_step(
     sample: NvmlSample,
     gpu: GpuReading,
     run: Run | None,
-    leaks: bool,
     ctx: tuple[AllocationIndex, float, int],
 ) -> tuple[Run | None, Alert | None]:
-    """One GPU's idle run after the sample, and the alert it starts or ends, if any."""
+    """One GPU's idle run after the sample, and the alert it starts or ends, if any: the
+    GPU is idle when every holder is by its own share (`idleness.gpu_idle`)."""
     index, idle_util_pct, idle_ms = ctx
     uuid = gpu.uuid
     holders = index.holders.get(uuid)
     if not holders and run is None:
         return None, None
-    now_idle = _holders_idle(gpu, holders, leaks, idle_util_pct) if holders else False
+    now_idle = gpu_idle(gpu, holders, idle_util_pct) if holders else False
     if not (now_idle and holders):
         if run is None or not run.firing:
             return None, None
@@ -304,7 +292,7 @@ def on_sample(
     leaks: dict[str, Run] = {}
     for gpu in gpus:
         found, fired = _leak_step(sample, gpu, index, old_leaks) if gpu.processes else ({}, [])
-        run, alert = _idle_step(sample, gpu, old_idle.get(gpu.uuid), bool(found), ctx)
+        run, alert = _idle_step(sample, gpu, old_idle.get(gpu.uuid), ctx)
         if run is not None:
             idle[gpu.uuid] = run
         if alert is not None:
