@@ -27,6 +27,7 @@ from kafka.errors import (
 )
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from gpuwatch.tables import table_lines
 from schemas import ALL_TOPICS, POD_KEYED, TopicSpec
 from schemas.settings import KafkaSettings, Settings
 
@@ -252,10 +253,12 @@ def _row(
 
 def format_report(rows: list[TopicRow]) -> str:
     """A plain-text table of the rows."""
-    width = max(len(row.name) for row in rows)
-    lines = [f"{'TOPIC':<{width}}  {'PARTITIONS':>10}  STATUS"]
-    for row in rows:
-        count = "-" if row.partitions is None else str(row.partitions)
-        detail = f" ({row.detail})" if row.detail else ""
-        lines.append(f"{row.name:<{width}}  {count:>10}  {row.outcome}{detail}")
-    return "\n".join(lines)
+    cells = [
+        (
+            row.name,
+            "-" if row.partitions is None else str(row.partitions),
+            row.outcome + (f" ({row.detail})" if row.detail else ""),
+        )
+        for row in rows
+    ]
+    return "\n".join(table_lines(("TOPIC", "PARTITIONS", "STATUS"), cells, right={1}))

@@ -1,4 +1,5 @@
-"""Reads gpuwatch topics over an event-time range: offsets for times, a margin, progress.
+"""Reads gpuwatch topics over an event-time range: offsets for times, a margin, progress
+(drawn by `gpuwatch/replay/progress.py`).
 
 Kafka indexes records by their record timestamp (when the producer sent them), while a
 range is asked in event time (the `ts` in the value). The two differ: a window record is
@@ -21,15 +22,15 @@ what it keeps. This is the kafka-python adapter of `gpuwatch replay`, and of
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import msgspec
 
 from gpuwatch.kafka import KafkaError, TopicPartition, consumer
+from gpuwatch.replay.progress import Progress
 from gpuwatch.replay.story import TimeRange
 from schemas.settings import KafkaSettings
 
@@ -116,68 +117,6 @@ class Plan:
             if p.begin > 0 and p.earliest_ms is not None:
                 out[p.topic] = max(out.get(p.topic, 0), p.earliest_ms)
         return out
-
-
-class Progress:
-    """`records read / total` on stderr for reads that last: in place on a terminal.
-
-    Nothing is shown for a read under `after_s`; then a terminal gets a line redrawn in
-    place, anything else (a log file) a line every `every_s`.
-    """
-
-    def __init__(
-        self,
-        stream: TextIO | None = None,
-        *,
-        tty: bool | None = None,
-        after_s: float = 1.0,
-        every_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
-        verb: str = "replay",
-    ) -> None:
-        stream = sys.stderr if stream is None else stream  # the one in force now, not at import
-        self.stream, self.clock, self.verb = stream, clock, verb
-        self.tty = stream.isatty() if tty is None else tty
-        self.after_s, self.every_s = after_s, every_s
-        self.label, self.done, self.total = "", 0, 0
-        self._began = self._drawn_at = 0.0
-        self._shown = False
-
-    def begin(self, label: str, total: int) -> None:
-        """A new read of at most `total` records."""
-        self.label, self.done, self.total = label, 0, total
-        self._began = self.clock()
-        self._shown = False
-
-    def advance(self, n: int = 1) -> None:
-        """`n` more records read (or skipped past)."""
-        self.done += n
-        now = self.clock()
-        if now - self._began < self.after_s:
-            return
-        if self._shown and now - self._drawn_at < (0.1 if self.tty else self.every_s):
-            return
-        self._draw(now)
-
-    def finish(self) -> None:
-        """The read is over: complete the line (a terminal's is erased)."""
-        if not self._shown:
-            return
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-        else:
-            self.stream.write(f"{self._text()} done\n")
-        self.stream.flush()
-        self._shown = False
-
-    def _text(self) -> str:
-        pct = 100 * self.done / self.total if self.total else 100.0
-        return f"{self.verb}: {self.label} {self.done:,}/{self.total:,} records ({pct:.0f}%)"
-
-    def _draw(self, now: float) -> None:
-        self._shown, self._drawn_at = True, now
-        self.stream.write(f"\r{self._text()}\x1b[K" if self.tty else f"{self._text()}\n")
-        self.stream.flush()
 
 
 class RangeReader:

@@ -16,6 +16,7 @@ import msgspec
 
 from gpuwatch.replay.story import Event, GpuSamples, Story
 from gpuwatch.replay.timefmt import format_duration, format_time
+from gpuwatch.tables import table_lines
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
 from streams.core.workloads import standing
 
@@ -207,10 +208,8 @@ def _samples_table(samples: list[GpuSamples], pod: bool) -> list[str]:
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    """The first row the header; every column to the left."""
+    return table_lines(rows[0], rows[1:])
 
 
 def render_text(story: Story) -> str:

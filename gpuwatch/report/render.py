@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from gpuwatch.replay.timefmt import format_time
 from gpuwatch.report.rows import Report, Row
+from gpuwatch.tables import table_lines
 
 __all__ = [
     "CHECK_FIELDS",
@@ -195,20 +196,10 @@ def to_table(report: Report) -> str:
 
 
 def _aligned(table: list[list[str]], left: int) -> list[str]:
-    """Text columns (the first `left`, and the last) to the left, figures to the right."""
-    width = max(len(r) for r in table)
-    sizes = [max((len(r[i]) for r in table if i < len(r)), default=0) for i in range(width)]
-    out = []
-    for cells in table:
-        if not cells:
-            out.append("")
-            continue
-        parts = []
-        for i, cell in enumerate(cells):
-            text_column = i < left or i == width - 1
-            parts.append(cell.ljust(sizes[i]) if text_column else cell.rjust(sizes[i]))
-        out.append("  ".join(parts).rstrip())
-    return out
+    """Text columns (the first `left`, and the last) to the left, figures to the right; an
+    empty row is a blank line between steps."""
+    header, *rows = table
+    return table_lines(header, rows, right=range(left, len(header) - 1))
 
 
 def _trend_lines(report: Report) -> list[str]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
+from gpuwatch.tables import table_lines
+
 ServiceName = Literal["kafka", "redis", "prometheus", "etcd", "kube-apiserver"]
 ServiceState = Literal["up", "down", "external", "starting"]
 Progress = Callable[[str], None]
@@ -156,9 +158,9 @@ class LocalService(ABC):
 
 
 def format_table(statuses: Sequence[ServiceStatus]) -> str:
-    """A fixed-width table of the services, one per line, for the terminal."""
+    """The services, one per line, as a table for the terminal (and `grep`)."""
     header = ("SERVICE", "STATE", "ADDRESS", "PID", "DETAIL", "LOG")
-    rows = [header] + [
+    rows = [
         (
             s.name,
             s.state,
@@ -169,9 +171,4 @@ def format_table(statuses: Sequence[ServiceStatus]) -> str:
         )
         for s in statuses
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
-        for row in rows
-    ]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(table_lines(header, rows))

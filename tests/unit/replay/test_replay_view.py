@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -181,17 +182,27 @@ def test_progress_stays_quiet_for_a_short_read_and_counts_a_long_one() -> None:
     ]
 
 
-def test_progress_on_a_terminal_redraws_one_line_and_erases_it() -> None:
+def test_progress_on_a_terminal_redraws_one_bar_and_erases_it() -> None:
     out, clock = io.StringIO(), Clock()
     progress = Progress(out, tty=True, clock=clock)
     progress.begin("alerts", 10)
     clock.now = 1.5
     progress.advance(4)
+    clock.now = 1.55
+    progress.advance(3)  # within 0.1 s of the last draw: not drawn
     clock.now = 1.7
-    progress.advance(6)
+    progress.advance(3)
     progress.finish()
-    assert out.getvalue() == (
-        "\rreplay: alerts 4/10 records (40%)\x1b[K"
-        "\rreplay: alerts 10/10 records (100%)\x1b[K"
-        "\r\x1b[K"
-    )
+    text = out.getvalue()
+    frames = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", f) for f in text.split("\r\x1b[2K")[1:]]
+    assert [f.split()[:2] + f.split()[-3:] for f in frames] == [
+        ["replay:", "alerts", "4/10", "records", "40%"],
+        ["replay:", "alerts", "10/10", "records", "100%"],
+        ["replay:", "alerts", "10/10", "records", "100%"],  # the last, drawn as it stops
+    ]
+    assert text.endswith("\x1b[1A\x1b[2K")  # erased: what comes next is written over it
+
+
+def test_json_is_byte_for_byte_what_scripts_read() -> None:
+    expected = (Path(__file__).parent / "expected_replay_pod.json").read_text(encoding="utf-8")
+    assert to_json(story(Subject("pod", "ml/train-0"))) == expected

@@ -159,3 +159,10 @@ def test_an_empty_report_still_plots(tmp_path: Path) -> None:
     path = tmp_path / "empty.png"
     assert plot(Aggregator(TimeRange(T0, T0 + HOUR)).report(), path) == 0
     assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_csv_and_json_are_byte_for_byte_what_scripts_read() -> None:
+    here = Path(__file__).parent
+    report = two_days()
+    assert to_csv(report) == (here / "expected_report.csv").read_text(encoding="utf-8")
+    assert to_json(report) == (here / "expected_report.json").read_text(encoding="utf-8")

@@ -480,3 +480,8 @@ def test_cost_per_unit_is_a_column_only_when_a_pod_reports_units() -> None:
     row = next(line for line in lines if "notebook-ana-0" in line)
     assert row.endswith("-/requests $0.000741/1k tokens")
     assert next(line for line in lines if "ml/eval-3" in line).endswith(" -")
+
+
+def test_json_is_byte_for_byte_what_scripts_read() -> None:
+    expected = (Path(__file__).parent / "expected_top.json").read_text(encoding="utf-8")
+    assert render_json(SNAPSHOT, Query(), HEADER, NOW) == expected
