@@ -11,6 +11,7 @@ from gpuwatch.bench.alert_figures import AlertResult, alert_fields, format_alert
 from gpuwatch.bench.figures import Latencies
 from gpuwatch.bench.history import Histories, format_histories, history_fields
 from gpuwatch.bench.scale import TwoWorkers
+from gpuwatch.plotting import pyplot
 
 __all__ = [
     "TARGET_GPU_SAMPLES_PER_S",
@@ -263,10 +264,7 @@ def _format_two(t: TwoWorkers) -> str:
 
 def write_plot(run: WorkerRun, path: Path) -> None:
     """Throughput against the baselines and the target, and the latency CDF, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    plt = pyplot()
 
     r = run.result
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,11 @@ def add_parser(verbs: Any) -> None:
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from gpuwatch.bench import run as bench
     from gpuwatch.bench import worker as bench_worker
+    from gpuwatch.plotting import unavailable
 
+    if (no_plot := unavailable(getattr(args, "plot", None))) is not None:
+        print(f"gpuwatch: {no_plot}", file=sys.stderr)
+        return 2
     config = None
     if args.which in ("worker", "alerts"):
         try:

@@ -122,11 +122,15 @@ def _time_range(args: argparse.Namespace) -> TimeRange:
 
 
 def _timeline(args: argparse.Namespace, settings: Settings, span: TimeRange, margin_ms: int) -> int:
+    from gpuwatch.plotting import unavailable
     from gpuwatch.replay.read import Progress
     from gpuwatch.replay.show import ReplayError, timeline
     from gpuwatch.replay.story import Subject
     from gpuwatch.replay.view import plot, render_text, to_json
 
+    if (no_plot := unavailable(args.plot)) is not None:
+        print(f"gpuwatch: {no_plot}", file=sys.stderr)
+        return 2
     try:
         subject = Subject.parse(args.pod, args.gpu, args.replay_node, args.replay_cluster)
     except ValueError as exc:

@@ -119,6 +119,7 @@ def _positive_int(text: str) -> int:
 
 
 def _report(args: argparse.Namespace, settings: Settings) -> int:
+    from gpuwatch.plotting import unavailable
     from gpuwatch.replay.read import Progress
     from gpuwatch.replay.show import default_margin_s
     from gpuwatch.replay.story import TimeRange
@@ -130,6 +131,9 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
     now_ms = int(time.time() * 1000)
     span = TimeRange(parse_time(args.time_from, now_ms), parse_time(args.time_to, now_ms))
     between = f"between {format_time(span.start_ms)} and {format_time(span.end_ms)} UTC"
+    if (no_plot := unavailable(args.plot)) is not None:
+        print(f"gpuwatch: {no_plot}", file=sys.stderr)
+        return 2
     if span.start_ms >= span.end_ms:
         raise UserFacingError(
             f"report: empty range: --from {format_time(span.start_ms)} is not before --to "

@@ -1,7 +1,8 @@
 """How `gpuwatch replay` shows a story: a plain-text table, JSON events, a PNG plot.
 
-Pure formatting over `gpuwatch.replay.story.Story`; times are UTC. matplotlib is imported
-only when a plot is drawn (it takes about a second), with the Agg backend: no display.
+Pure formatting over `gpuwatch.replay.story.Story`; times are UTC. matplotlib, an optional
+extra, is imported only when a plot is drawn (it takes about a second), by
+`gpuwatch/plotting.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gpuwatch.plotting import pyplot
 from gpuwatch.replay.story import Event, GpuSamples, Story
 from gpuwatch.replay.timefmt import format_duration, format_time
 from gpuwatch.tables import table_lines
@@ -244,10 +246,7 @@ def to_json(story: Story) -> str:
 
 def plot(story: Story, path: Path) -> int:
     """Draw utilization and VRAM of the subject's GPUs with the pod's state bands; points drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     def when(ms: int) -> datetime:
         return datetime.fromtimestamp(ms / 1000, UTC)

@@ -1,8 +1,8 @@
 """`gpuwatch report --plot`: cost and waste per group over the steps, as stacked bars.
 
-matplotlib is imported only when a plot is drawn, with the Agg backend (no display), as
-`gpuwatch replay --plot` does. The title carries the fleet's waste share in the last two
-steps (`waste 30.0 % -> 20.0 %`).
+matplotlib, an optional extra (`gpuwatch[plot]`), is imported only when a plot is drawn,
+with the Agg backend (no display), by `gpuwatch/plotting.py`. The title carries the fleet's
+waste share in the last two steps (`waste 30.0 % -> 20.0 %`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+from gpuwatch.plotting import pyplot
 from gpuwatch.replay.timefmt import format_time
 from gpuwatch.report.render import waste_trend
 from gpuwatch.report.rows import OTHER, UNALLOCATED, Report
@@ -57,11 +58,7 @@ def _series(report: Report) -> tuple[list[int], dict[str, list[float]], dict[str
 def plot(report: Report, path: Path) -> int:
     """Draw cost (groups and unallocated) and waste per group, stacked per step; the
     number of steps drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps, cost, waste = _series(report)
     labels = [format_time(s)[:16] if report.step == "1h" else format_time(s)[:10] for s in steps]
     xs = list(range(len(steps)))
