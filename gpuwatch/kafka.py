@@ -27,7 +27,6 @@ from kafka.errors import (
 )
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from gpuwatch.tables import table_lines
 from schemas import ALL_TOPICS, POD_KEYED, TopicSpec
 from schemas.settings import KafkaSettings, Settings
 
@@ -252,7 +251,9 @@ def _row(
 
 
 def format_report(rows: list[TopicRow]) -> str:
-    """A plain-text table of the rows."""
+    """A plain-text table of the rows (rich is imported here: the daemons never print one)."""
+    from gpuwatch.tables import table_lines
+
     cells = [
         (
             row.name,
