@@ -29,7 +29,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from producers.agent.readings import PodRef, PodResolver
+from producers.base.ports import PodRef, PodResolver
 from schemas.ids import PodUid
 
 __all__ = ["CgroupPodResolver", "parse_cgroup", "parse_cgroup_path", "parse_start_time"]

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from producers.agent.readings import DeviceAllocation, DeviceReading, PodRef, ReadResult
+from producers.base.ports import DeviceAllocation, DeviceReading, PodRef, ReadResult
 from producers.podresources.devices import is_replicated, normalise_device_id
 from schemas.fields import DEFAULT_CLUSTER, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid

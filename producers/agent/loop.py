@@ -12,7 +12,7 @@ from typing import Protocol
 import msgspec
 
 from producers.agent.assemble import SharingConfig, assemble_sample
-from producers.agent.readings import AllocationSource, GpuReader, PodResolver
+from producers.base.ports import AllocationSource, GpuReader, PodResolver
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.nvml_sample import NvmlSample, PodWork
 from schemas.topics import NVML_SAMPLES

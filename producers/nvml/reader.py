@@ -10,7 +10,7 @@ from typing import Final, NamedTuple, ParamSpec, TypeVar
 
 import pynvml
 
-from producers.agent.readings import DeviceReading, ProcessReading, ReadResult
+from producers.base.ports import DeviceReading, ProcessReading, ReadResult
 from producers.nvml.api import NvmlApi, Utilization
 from schemas.ids import GpuUuid
 from schemas.nvml_sample import THROTTLE_REASONS, RemappedRows

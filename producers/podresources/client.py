@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from producers.agent.readings import AllocationSource, DeviceAllocation
+from producers.base.ports import AllocationSource, DeviceAllocation
 from producers.podresources.dra import (
     DEFAULT_DRA_DRIVERS,
     ClaimDevice,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from producers.agent.readings import DeviceAllocation
+from producers.base.ports import DeviceAllocation
 from schemas.ids import GpuUuid, PodUid
 
 __all__ = ["is_replicated", "normalise_device_id"]

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producers.agent.readings import DeviceAllocation
+from producers.base.ports import DeviceAllocation
 from schemas.ids import GpuUuid, PodUid
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from producers.agent.readings import DeviceReading, ProcessReading, ReadResult
+from producers.base.ports import DeviceReading, ProcessReading, ReadResult
 from schemas.ids import GpuUuid
 from schemas.nvml_sample import THROTTLE_REASONS, RemappedRows
 

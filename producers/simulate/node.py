@@ -7,7 +7,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from producers.agent.readings import DeviceAllocation, PodRef
+from producers.base.ports import DeviceAllocation, PodRef
 from producers.simulate.gpus import GPU_MODELS, SimGpu, SimReader, SimWorkload, WorkloadKind
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.ids import PodUid

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from producers.agent.assemble import SharingConfig
 from producers.agent.loop import Clock, NodeAgent, Publish
-from producers.agent.readings import DeviceAllocation, PodRef
+from producers.base.ports import DeviceAllocation, PodRef
 from producers.podresources.dra import (
     ClaimDevice,
     DeviceKey,

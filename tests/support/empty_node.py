@@ -4,7 +4,7 @@ to read, no pod to name, and an agent of it."""
 from __future__ import annotations
 
 from producers.agent.loop import NodeAgent, Publish
-from producers.agent.readings import DeviceAllocation, PodRef, ReadResult
+from producers.base.ports import DeviceAllocation, PodRef, ReadResult
 
 
 class NoGpus:

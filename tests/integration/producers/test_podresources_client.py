@@ -13,7 +13,7 @@ import grpc
 import pytest
 from support.kubelet import FakeKubelet, Serve, devices, pod
 
-from producers.agent.readings import DeviceAllocation
+from producers.base.ports import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
 from producers.podresources.devices import is_replicated
 from producers.podresources.poduids import PodLogUids

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.kubelet import FakeKubelet, Serve, claim, devices, pod
 
-from producers.agent.readings import DeviceAllocation
+from producers.base.ports import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
 from producers.podresources.devices import is_replicated
 from producers.podresources.dra import DeviceKey, DraDevice

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from producers.agent.readings import DeviceReading, ProcessReading
+from producers.base.ports import DeviceReading, ProcessReading
 from schemas.ids import GpuUuid
 
 GIB = 1 << 30

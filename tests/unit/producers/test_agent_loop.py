@@ -10,7 +10,7 @@ import pytest
 from reading_fixtures import device
 
 from producers.agent.loop import NodeAgent
-from producers.agent.readings import (
+from producers.base.ports import (
     DeviceAllocation,
     PodRef,
     ProcessReading,

@@ -14,7 +14,7 @@ from producers.agent.assemble import (
     normalise_allocations,
     sharing_mode,
 )
-from producers.agent.readings import (
+from producers.base.ports import (
     DeviceAllocation,
     DeviceReading,
     PodRef,

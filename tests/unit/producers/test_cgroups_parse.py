@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.agent.readings import PodRef
+from producers.base.ports import PodRef
 from producers.cgroups import parse_cgroup, parse_start_time
 from schemas.ids import PodUid
 

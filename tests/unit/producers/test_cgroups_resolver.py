@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.agent.readings import PodRef
+from producers.base.ports import PodRef
 from producers.cgroups import CgroupPodResolver, parse_cgroup
 from schemas.ids import PodUid
 

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from fixtures.nvml.recorded_nvml import NO_INSTANCE, Event, Handle, RecordedNvml, node
 
-from producers.agent.readings import DeviceReading
+from producers.base.ports import DeviceReading
 from producers.nvml.api import NvmlApi
 from producers.nvml.reader import NvmlReader, throttle_reasons
 from schemas.nvml_sample import THROTTLE_REASONS, RemappedRows

@@ -8,7 +8,7 @@ import pynvml
 import pytest
 from fixtures.nvml.recorded_nvml import RecordedNvml, node
 
-from producers.agent.readings import DeviceReading, ProcessReading
+from producers.base.ports import DeviceReading, ProcessReading
 from producers.nvml.reader import NvmlReader, NvmlUnavailable, mig_profile_name
 
 MIB = 1 << 20

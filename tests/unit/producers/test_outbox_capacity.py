@@ -9,7 +9,7 @@ from fixtures.nvml.recorded_nvml import node
 
 from producers.agent.loop import NodeAgent
 from producers.agent.outbox import Entry, Outbox
-from producers.agent.readings import DeviceAllocation, PodRef
+from producers.base.ports import DeviceAllocation, PodRef
 from producers.nvml.reader import NvmlReader
 from schemas import NVML_SAMPLES
 from schemas.ids import PodUid

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.agent.readings import DeviceAllocation
+from producers.base.ports import DeviceAllocation
 from producers.podresources.devices import is_replicated, normalise_device_id
 from producers.resources import ResourceFilter
 from schemas.ids import PodUid

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.agent.readings import DeviceReading
+from producers.base.ports import DeviceReading
 from producers.simulate.gpus import HOT_C, SimGpu, SimReader, SimWorkload
 from schemas.nvml_sample import RemappedRows
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from producers.agent.assemble import assemble_sample
-from producers.agent.readings import ReadResult
+from producers.base.ports import ReadResult
 from producers.simulate.gpus import GPU_MODELS
 from producers.simulate.node import DEFAULT_MIX, SimPods, sim_gpu_uuid, simple_node
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from producers.agent.readings import ReadResult
+from producers.base.ports import ReadResult
 from producers.simulate.gpus import (
     CONTEXT_OVERHEAD_BYTES,
     SimGpu,

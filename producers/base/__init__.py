@@ -1,0 +1,1 @@
+"""The producers' base: what every producer shares (ports, publishing, paging, DRA parsing)."""
