@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import msgspec
 
@@ -24,6 +24,18 @@ from schemas.k8s_workload import K8sWorkload
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from sinks.redis.keys import RedisKeys
+from sinks.redis.script_args import (
+    AlertState,
+    FieldIfNewer,
+    GpuLiveCall,
+    HsetIfNewer,
+    PodTransition,
+    PodWindow,
+    ScriptCall,
+    ScriptName,
+    TimelineAdd,
+    WorkloadCall,
+)
 
 __all__ = [
     "GPU_LIVE_CHUNK",
@@ -38,18 +50,6 @@ __all__ = [
     "plan_live",
 ]
 
-ScriptName = Literal[
-    "pod_transition",
-    "pod_window",
-    "timeline_add",
-    "alert_state",
-    "hset_if_newer",
-    "gpu_live",
-    "positions",
-    "field_if_newer",
-    "workload",
-    "rebuild",
-]
 DELETED_KEEP_MS = 86_400_000
 """How long a Kueue workload's deletion is remembered against late records of it."""
 NANO = 1_000_000_000  # cost totals are kept in integer nano-USD so that sums are exact
@@ -91,6 +91,11 @@ class Command(NamedTuple):
     script: ScriptName
     keys: tuple[str, ...]
     args: tuple[str, ...]
+
+    @classmethod
+    def of(cls, call: ScriptCall) -> Command:
+        """The command of a call built by name (`script_args`), flattened in script order."""
+        return cls(*call.flat())
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,11 +257,25 @@ def _lifecycle(record: PodLifecycle, opts: PlanOptions) -> list[Command]:
             "stalled_ms": str(record.stalled_ms),
         },
     )
-    args = [record.uid, str(record.ts), record.to_state, _s(record.reason), record.namespace]
-    args += [record.pod, _s(record.node), _json(record.labels), str(opts.finished_ttl_s)]
-    args += [_named(record.cluster)]
-    keys_ = (*keys.pod_keys(record.uid), *keys.states())
-    return [entry, Command("pod_transition", keys_, tuple(args))]
+    pod, windows, timeline, seen = keys.pod_keys(record.uid)
+    transition = PodTransition(
+        pod=pod,
+        windows=windows,
+        timeline=timeline,
+        seen=seen,
+        states=keys.states(),
+        uid=record.uid,
+        ts=str(record.ts),
+        to_state=record.to_state,
+        reason=_s(record.reason),
+        namespace=record.namespace,
+        pod_name=record.pod,
+        node=_s(record.node),
+        labels=_json(record.labels),
+        ttl_s=str(opts.finished_ttl_s),
+        cluster=_named(record.cluster),
+    )
+    return [entry, Command.of(transition)]
 
 
 def _attribution(record: Attribution, opts: PlanOptions) -> Command:
@@ -275,19 +294,39 @@ def _attribution(record: Attribution, opts: PlanOptions) -> Command:
         for gpu in record.gpus
     ]
     share = _share(record.used_gpu_seconds, record.allocated_gpu_seconds, record.method)
-    args = [record.uid, record.namespace, record.pod, _s(record.node), _json(record.labels)]
-    args += [str(ws), str(record.window_end), str(_nano(record.cost_usd))]
-    args += [str(_nano(record.waste_usd)), str(record.vram_peak_bytes), _s(share), _json(gpus)]
-    args += [record.state]
-    args += [str(opts.finished_ttl_s), str(opts.leaderboard_ms)]
-    args += [keys.waste_pods_window_prefix(), keys.waste_namespaces_window_prefix()]
-    args += [_named(record.cluster)]
-    args += [_json(record.work_units) if record.work_units else ""]
-    args += [str(record.revision)]
-    keys_ = [*keys.pod_keys(record.uid), keys.waste_pods_window(ws)]
-    keys_ += [keys.waste_namespaces_window(ws), keys.waste_pods(), keys.waste_namespaces()]
-    keys_ += [keys.waste_windows()]
-    return Command("pod_window", tuple(keys_), tuple(args))
+    pod, windows, timeline, seen = keys.pod_keys(record.uid)
+    window = PodWindow(
+        pod=pod,
+        windows=windows,
+        timeline=timeline,
+        seen=seen,
+        waste_pods_window=keys.waste_pods_window(ws),
+        waste_namespaces_window=keys.waste_namespaces_window(ws),
+        waste_pods=keys.waste_pods(),
+        waste_namespaces=keys.waste_namespaces(),
+        waste_windows=keys.waste_windows(),
+        uid=record.uid,
+        namespace=record.namespace,
+        pod_name=record.pod,
+        node=_s(record.node),
+        labels=_json(record.labels),
+        window_start=str(ws),
+        window_end=str(record.window_end),
+        cost_nusd=str(_nano(record.cost_usd)),
+        waste_nusd=str(_nano(record.waste_usd)),
+        vram_bytes=str(record.vram_peak_bytes),
+        share=_s(share),
+        gpus=_json(gpus),
+        state=record.state,
+        ttl_s=str(opts.finished_ttl_s),
+        hour_ms=str(opts.leaderboard_ms),
+        pods_window_prefix=keys.waste_pods_window_prefix(),
+        namespaces_window_prefix=keys.waste_namespaces_window_prefix(),
+        cluster=_named(record.cluster),
+        work_units=_json(record.work_units) if record.work_units else "",
+        revision=str(record.revision),
+    )
+    return Command.of(window)
 
 
 def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
@@ -308,14 +347,25 @@ def _alert(record: Alert, opts: PlanOptions) -> list[Command]:
         "labels": _json(record.labels),
         **_cluster_field(record.cluster),
     }
-    ttl_ms = str(opts.finished_ttl_s * 1000)
-    message = _json(msgspec.to_builtins(record))  # `cluster` as the alert has it
-    state = (record.fingerprint, record.status, str(record.ts), message, ttl_ms)
-    stream = (identity, str(record.ts), str(opts.alerts_maxlen), "0", *_flat(fields))
-    commands = [
-        Command("alert_state", (keys.alerts_firing(), keys.alerts_last()), state),
-        Command("timeline_add", (keys.alerts(), keys.alerts_seen()), stream),
-    ]
+    state = AlertState(
+        firing=keys.alerts_firing(),
+        last=keys.alerts_last(),
+        fingerprint=record.fingerprint,
+        status=record.status,
+        ts=str(record.ts),
+        json=_json(msgspec.to_builtins(record)),  # `cluster` as the alert has it
+        ttl_ms=str(opts.finished_ttl_s * 1000),
+    )
+    stream = TimelineAdd(
+        stream=keys.alerts(),
+        seen=keys.alerts_seen(),
+        identity=identity,
+        ts=str(record.ts),
+        maxlen=str(opts.alerts_maxlen),
+        ttl_s="0",
+        fields=_flat(fields),
+    )
+    commands = [Command.of(state), Command.of(stream)]
     for uid in _pods_of(record):
         commands.append(_timeline(uid, identity, record.ts, opts, fields))
     return commands
@@ -329,20 +379,27 @@ def _capacity(record: Capacity, opts: PlanOptions) -> Command:
     carries it (no `cluster` for the default cluster), keys sorted, so equal records are
     equal strings and the tie at an equal `ts` is the same whatever the arrival order.
     """
-    key = record.key()
     message = _json(msgspec.to_builtins(record))
-    return Command("field_if_newer", (opts.keys.capacity(),), (key, str(record.ts), message))
+    call = FieldIfNewer(
+        hash=opts.keys.capacity(), field=record.key(), ts=str(record.ts), json=message
+    )
+    return Command.of(call)
 
 
 def _workload(record: K8sWorkload, opts: PlanOptions) -> Command:
     """A Kueue workload's latest record under its uid, unless a later one is there; its
     DELETED record removes it (workload.lua)."""
-    message = _json(msgspec.to_builtins(record))
-    deleted = "1" if record.type == "DELETED" else ""
-    keys = (opts.keys.workloads(), opts.keys.workloads_deleted())
-    version = record.resource_version
-    args = (record.uid, str(record.ts), message, deleted, str(DELETED_KEEP_MS), version)
-    return Command("workload", keys, args)
+    call = WorkloadCall(
+        workloads=opts.keys.workloads(),
+        deleted=opts.keys.workloads_deleted(),
+        uid=record.uid,
+        ts=str(record.ts),
+        json=_json(msgspec.to_builtins(record)),
+        deletes="1" if record.type == "DELETED" else "",
+        keep_ms=str(DELETED_KEEP_MS),
+        resource_version=record.resource_version,
+    )
+    return Command.of(call)
 
 
 def _newest_order(command: Command) -> tuple[int, bool, int, str]:
@@ -377,9 +434,17 @@ def _timeline(
 ) -> Command:
     """Append one entry to a pod's timeline unless its identity is already there."""
     keys = opts.keys
-    head = (identity, str(ts), str(opts.timeline_maxlen), str(opts.finished_ttl_s))
-    stream_keys = (keys.timeline(uid), keys.timeline_seen(uid), keys.pod(uid))
-    return Command("timeline_add", stream_keys, (*head, *_flat(fields)))
+    call = TimelineAdd(
+        stream=keys.timeline(uid),
+        seen=keys.timeline_seen(uid),
+        pod=keys.pod(uid),
+        identity=identity,
+        ts=str(ts),
+        maxlen=str(opts.timeline_maxlen),
+        ttl_s=str(opts.finished_ttl_s),
+        fields=_flat(fields),
+    )
+    return Command.of(call)
 
 
 def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
@@ -416,8 +481,12 @@ def _gpu_live(records: list[GpuLive], opts: PlanOptions) -> Command:
         )
         for r in records
     ]
-    gpu_keys = tuple(keys.gpu(r.uuid) for r in records)
-    return Command("gpu_live", (keys.gpus(), *gpu_keys), (msgspec.json.encode(rows).decode(),))
+    call = GpuLiveCall(
+        index=keys.gpus(),
+        gpus=tuple(keys.gpu(r.uuid) for r in records),
+        rows=msgspec.json.encode(rows).decode(),
+    )
+    return Command.of(call)
 
 
 def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
@@ -434,9 +503,16 @@ def _gpu_window(record: GpuWindow, opts: PlanOptions) -> Command:
         "window_unallocated_seconds": repr(record.unallocated_seconds),
         "window_unattributed_ratio": _s(record.unattributed_ratio),
     }
-    order = ("window_start", str(record.window_start), "window_revision", str(record.revision))
-    head = (*order, record.uuid)
-    return Command("hset_if_newer", (opts.keys.gpu(record.uuid),), (*head, *_flat(fields)))
+    call = HsetIfNewer(
+        hash=opts.keys.gpu(record.uuid),
+        order_field="window_start",
+        order_value=str(record.window_start),
+        tie_field="window_revision",
+        tie_value=str(record.revision),
+        index_member=record.uuid,
+        fields=_flat(fields),
+    )
+    return Command.of(call)
 
 
 def _share(used: float, allocated: float, method: str) -> float | None:

@@ -44,6 +44,7 @@ from sinks.redis.client import (
 )
 from sinks.redis.keys import DEFAULT_PREFIX, RedisKeys
 from sinks.redis.plan import Command, GpuLive, PlanOptions, ScriptName, SinkRecord, plan, plan_live
+from sinks.redis.script_args import Positions, Rebuild
 
 __all__ = [
     "SCRIPTS",
@@ -216,8 +217,9 @@ class RedisSink:
         commands += plan_live(live, self.options)
         if positions is not None and positions[1]:
             group, offsets = positions
-            args = tuple(str(part) for item in sorted(offsets.items()) for part in item)
-            commands.append(Command("positions", (self.options.keys.positions(group),), args))
+            flat = tuple(str(part) for item in sorted(offsets.items()) for part in item)
+            call = Positions(positions=self.options.keys.positions(group), offsets=flat)
+            commands.append(Command.of(call))
         if commands:
             self.execute(commands)
 
@@ -245,12 +247,16 @@ class RedisSink:
 
         One script: atomic, so no batch lands halfway through (it blocks Redis while it
         scans the prefix's keys, a rare event: Redis evicted keys)."""
-        rebuild = self.options.keys.rebuild(group)
-        keys = self.options.keys.prefix
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", keys) + "*"
         run_id, evicted = evictions
-        args = (pattern, self.options.keys.rebuild(""), str(evicted), run_id)
-        return int(self._read(lambda: self._client.eval(SCRIPTS["rebuild"], 1, rebuild, *args)))
+        _, keys, args = Rebuild(
+            rebuild=self.options.keys.rebuild(group),
+            pattern=re.sub(r"([*?\[\]\\])", r"\\\1", self.options.keys.prefix) + "*",
+            keep_prefix=self.options.keys.rebuild(""),
+            evicted=str(evicted),
+            run_id=run_id,
+        ).flat()
+        source = SCRIPTS["rebuild"]
+        return int(self._read(lambda: self._client.eval(source, len(keys), *keys, *args)))
 
     def _read(self, call: Callable[[], Any]) -> Any:
         """One call, its connection failures counted and raised as SinkUnavailable."""

@@ -1,5 +1,13 @@
--- KEYS firing, last. ARGV fingerprint, status, ts, json, ttl_ms. The latest status
--- wins; at equal ts resolved beats firing, and equal firing messages tie on their JSON.
+-- KEYS[1] firing
+-- KEYS[2] last
+-- ARGV[1] fingerprint
+-- ARGV[2] status
+-- ARGV[3] ts
+-- ARGV[4] json
+-- ARGV[5] ttl_ms
+-- The latest status wins; at equal ts resolved beats firing, and equal firing messages tie
+-- on their JSON. `firing` hashes fingerprint -> JSON, `last` scores each fingerprint by the
+-- ts of its latest status (kept `ttl_ms`).
 local fp, status, ts = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local last = redis.call('ZSCORE', KEYS[2], fp)
 if last then

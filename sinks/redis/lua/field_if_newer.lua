@@ -1,4 +1,8 @@
--- KEYS hash. ARGV field, ts, json: a record's JSON, with its event time `ts`. The field
+-- KEYS[1] hash
+-- ARGV[1] field
+-- ARGV[2] ts
+-- ARGV[3] json
+-- A record's JSON, with its event time `ts`. The field
 -- takes the record unless it holds one of a later ts; at an equal ts the greater JSON
 -- stays, so the outcome does not depend on arrival order. A value that is not such a
 -- record (written by someone else) is replaced.

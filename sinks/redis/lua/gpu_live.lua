@@ -1,4 +1,7 @@
--- KEYS index, hash per GPU. ARGV one JSON array of rows [uuid, updated_at, field, value,
+-- KEYS[1] index
+-- KEYS[2..] gpus
+-- ARGV[1] rows
+-- `gpus` are the GPU hashes; `rows` one JSON array of rows [uuid, updated_at, field, value,
 -- ...], one per hash in KEYS order. Each hash takes its row unless it holds a newer
 -- updated_at; the index scores each uuid by its newest updated_at.
 local rows = cjson.decode(ARGV[1])

@@ -1,5 +1,19 @@
--- KEYS pod, windows, timeline, seen, state:queued..finished. ARGV uid, ts, to_state,
--- reason, namespace, pod, node, labels, ttl_s, cluster. The newest transition wins, ordered by
+-- KEYS[1] pod
+-- KEYS[2] windows
+-- KEYS[3] timeline
+-- KEYS[4] seen
+-- KEYS[5..] states
+-- ARGV[1] uid
+-- ARGV[2] ts
+-- ARGV[3] to_state
+-- ARGV[4] reason
+-- ARGV[5] namespace
+-- ARGV[6] pod_name
+-- ARGV[7] node
+-- ARGV[8] labels
+-- ARGV[9] ttl_s
+-- ARGV[10] cluster
+-- `states`: state:queued..finished, in rank order. The newest transition wins, ordered by
 -- (finished, ts, rank, reason): order-independent, and finished is terminal.
 local RANK = {queued = 1, running = 2, stalled = 3, finished = 4}
 

@@ -1,14 +1,41 @@
--- KEYS pod, windows, timeline, seen, waste pods/namespaces of the window, of the hour,
--- window index. ARGV uid, namespace, pod, node, labels, window_start, window_end,
--- cost_nusd, waste_nusd, vram_bytes, share, gpus, state, ttl_s, hour_ms, per-window key
--- prefixes (pods, namespaces), cluster ('' for the default one; a named cluster's namespaces
--- rank as cluster/namespace), work_units of the window (JSON object; '' when the pod
--- reports no units of work), revision. The pod's units over its windows so far, and the
--- cost of the windows that had each, are kept by the difference to this window's stored
--- values too: `work_units` and `cost_per_unit` of the pod are over its life. Totals and
--- leaderboards move by the difference to the value stored for this window, in nano-USD: a
--- replay moves them by exactly zero, a higher revision by what it changed. A revision lower
--- than the one applied (`rev:{window_start}`, absent for 0) changes nothing.
+-- KEYS[1] pod
+-- KEYS[2] windows
+-- KEYS[3] timeline
+-- KEYS[4] seen
+-- KEYS[5] waste_pods_window
+-- KEYS[6] waste_namespaces_window
+-- KEYS[7] waste_pods
+-- KEYS[8] waste_namespaces
+-- KEYS[9] waste_windows
+-- ARGV[1] uid
+-- ARGV[2] namespace
+-- ARGV[3] pod_name
+-- ARGV[4] node
+-- ARGV[5] labels
+-- ARGV[6] window_start
+-- ARGV[7] window_end
+-- ARGV[8] cost_nusd
+-- ARGV[9] waste_nusd
+-- ARGV[10] vram_bytes
+-- ARGV[11] share
+-- ARGV[12] gpus
+-- ARGV[13] state
+-- ARGV[14] ttl_s
+-- ARGV[15] hour_ms
+-- ARGV[16] pods_window_prefix
+-- ARGV[17] namespaces_window_prefix
+-- ARGV[18] cluster
+-- ARGV[19] work_units
+-- ARGV[20] revision
+-- The waste keys: pods and namespaces of the window, of the hour, and the window index; the
+-- prefixes: of the per-window keys (pods, namespaces); `cluster`: '' for the default one (a
+-- named cluster's namespaces rank as cluster/namespace); `work_units`: the window's (JSON
+-- object; '' when the pod reports no units of work). The pod's units over its windows so
+-- far, and the cost of the windows that had each, are kept by the difference to this
+-- window's stored values too: `work_units` and `cost_per_unit` of the pod are over its
+-- life. Totals and leaderboards move by the difference to the value stored for this window,
+-- in nano-USD: a replay moves them by exactly zero, a higher revision by what it changed. A
+-- revision lower than the one applied (`rev:{window_start}`, absent for 0) changes nothing.
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
 end

@@ -1,6 +1,12 @@
--- KEYS rebuild hash ({prefix}sink:rebuild:{group}: generation, evicted, run_id).
--- ARGV key pattern of the prefix (glob-escaped, ending in *), the prefix of the rebuild
--- hashes (kept), Redis's eviction count and run id when the caller noticed evictions.
+-- KEYS[1] rebuild
+-- ARGV[1] pattern
+-- ARGV[2] keep_prefix
+-- ARGV[3] evicted
+-- ARGV[4] run_id
+-- `rebuild`: the hash {prefix}sink:rebuild:{group} (generation, evicted, run_id);
+-- `pattern`: the keys of the prefix (glob-escaped, ending in *); `keep_prefix`: the prefix
+-- of the rebuild hashes (kept); `evicted`, `run_id`: Redis's eviction count and run id when
+-- the caller noticed evictions.
 -- Deletes every key of the prefix but the rebuild hashes, once per eviction count of a
 -- run (a second writer that noticed the same evictions finds them done), and moves the
 -- generation on, in one step: no batch lands halfway through. Returns the generation.

@@ -1,5 +1,13 @@
--- KEYS stream, seen[, pod]. ARGV identity, ts, maxlen, ttl_s, field/value pairs. Skips
--- an identity already seen (or older than every remembered one once the cap is full).
+-- KEYS[1] stream
+-- KEYS[2] seen
+-- KEYS[3] pod?
+-- ARGV[1] identity
+-- ARGV[2] ts
+-- ARGV[3] maxlen
+-- ARGV[4] ttl_s
+-- ARGV[5..] fields
+-- `fields`: field/value pairs of the entry. Skips an identity already seen (or older than
+-- every remembered one once the cap is full).
 local function expire_pod(ttl, first, last)
   for i = first, last do redis.call('EXPIRE', KEYS[i], ttl, 'NX') end
 end

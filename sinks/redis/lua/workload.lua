@@ -1,11 +1,19 @@
--- KEYS workloads hash, deleted sorted set. ARGV uid, ts, json, deleted ("1" or ""),
--- keep_ms, resource version: a Kueue workload's record, with its event time `ts`. The
--- hash keeps each live workload's latest record: the later ts; at an equal ts the later
--- resource version where both are numbers (etcd's are: a status write and the creation
--- it follows often share their times), else the greater JSON, so arrival order does not
--- matter. A deletion removes the field and is remembered in the sorted
--- set (uid by the deletion's ts) for keep_ms, so a record of before it that comes late
--- (a replay) does not bring the workload back; older entries are trimmed as deletions come.
+-- KEYS[1] workloads
+-- KEYS[2] deleted
+-- ARGV[1] uid
+-- ARGV[2] ts
+-- ARGV[3] json
+-- ARGV[4] deletes
+-- ARGV[5] keep_ms
+-- ARGV[6] resource_version
+-- `workloads`: a hash; `deleted`: a sorted set; `deletes`: "1" or "". A Kueue workload's
+-- record, with its event time `ts`. The hash keeps each live workload's latest record: the
+-- later ts; at an equal ts the later resource version where both are numbers (etcd's are: a
+-- status write and the creation it follows often share their times), else the greater JSON,
+-- so arrival order does not matter. A deletion removes the field and is remembered in the
+-- sorted set (uid by the deletion's ts) for keep_ms, so a record of before it that comes
+-- late (a replay) does not bring the workload back; older entries are trimmed as deletions
+-- come.
 local gone = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local ts = tonumber(ARGV[2])
 if gone and tonumber(gone) >= ts then return 0 end
