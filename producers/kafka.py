@@ -18,7 +18,7 @@ from kafka.errors import (
     RecordListTooLargeError,
 )
 
-from producers.agent.publisher import Abandoned, Done, Rejected, SendBlocked
+from producers.base.publisher import Abandoned, Done, Rejected, SendBlocked
 from schemas.settings import KafkaSettings
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, start_http_server
 
 from gpuwatch.run.readback import recall_of, window_ms
-from producers.agent.publisher import Publisher
+from producers.base.publisher import Publisher
 from producers.k8s.client import K8sConfigError, KubernetesApi, connect
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher

@@ -1,1 +1,1 @@
-"""The node agent: its loop, one sample assembled per tick, the outbox and publisher, metrics."""
+"""The node agent: its loop, one sample assembled per tick, its metrics."""

@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from producers.agent.loop import NodeAgent
-from producers.agent.publisher import Publisher
+from producers.base.publisher import Publisher
 
 PREFIX = "gpuwatch_agent_"
 

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from producers.agent.publisher import Publisher
+from producers.base.publisher import Publisher
 from producers.k8s.owners import OwnerStats
 from producers.k8s.watching import Watch
 

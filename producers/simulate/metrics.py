@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from producers.agent.loop import NodeAgent
 from producers.agent.metrics import AgentCollector
-from producers.agent.publisher import Publisher
+from producers.base.publisher import Publisher
 from schemas.settings import ENV_VARS
 
 __all__ = ["FleetAgentCollector", "MetricsEndpoint", "MetricsPortError"]

@@ -13,7 +13,7 @@ import threading
 import time
 
 from producers.agent.loop import Publish
-from producers.agent.publisher import Done, MessageSender, Publisher
+from producers.base.publisher import Done, MessageSender, Publisher
 
 __all__ = ["NodePublishers"]
 

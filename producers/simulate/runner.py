@@ -28,7 +28,7 @@ from typing import TypeVar
 
 import msgspec
 
-from producers.agent.publisher import MessageSender, Publisher
+from producers.base.publisher import MessageSender, Publisher
 from producers.k8s.api import KubeApi
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector

@@ -18,7 +18,7 @@ from support.empty_node import empty_node_agent
 from gpuwatch.run.progress import StallCollector
 from gpuwatch.run.sink import KAFKA, FeedCollector, SinkCollector, redis_writer
 from producers.agent.metrics import AgentCollector
-from producers.agent.publisher import Done, Publisher
+from producers.base.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher

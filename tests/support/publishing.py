@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from producers.agent.outbox import Entry
-from producers.agent.publisher import Done, SendBlocked
+from producers.base.outbox import Entry
+from producers.base.publisher import Done, SendBlocked
 
 SIZE = 10  # every publisher test message is 10 bytes: 5-byte key, 5-byte value
 

@@ -26,7 +26,7 @@ from gpuwatch.kafka import create_topics
 from gpuwatch.stack import manager, processes
 from gpuwatch.stack.service import StackPaths
 from producers.agent.loop import NodeAgent
-from producers.agent.publisher import Publisher
+from producers.base.publisher import Publisher
 from producers.kafka import KafkaSender
 from producers.simulate.node import simple_node
 from schemas import NVML_SAMPLES

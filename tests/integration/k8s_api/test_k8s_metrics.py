@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from producers.agent.publisher import Done, Publisher
+from producers.base.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher

@@ -7,7 +7,7 @@ import threading
 
 from support.publishing import entry, names
 
-from producers.agent.outbox import Entry, Outbox
+from producers.base.outbox import Entry, Outbox
 
 
 def test_wait_wakes_when_another_thread_puts() -> None:

@@ -12,7 +12,7 @@ import pytest
 from support import holds_within
 from support.publishing import SIZE, AckingSender, RefusingSender, keys, message
 
-from producers.agent.publisher import Done, Publisher, SendBlocked
+from producers.base.publisher import Done, Publisher, SendBlocked
 
 # 10,000 publishes take ~0.3 s here, ~3 s on a starved CPU. A publish that waited for the
 # sender would not return at all (nothing drains), or take RETRY_S each: hours.
@@ -88,7 +88,7 @@ def test_stop_gives_up_after_its_timeout_and_still_closes(
         publisher.publish(*message(n))
 
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="producers.agent.publisher"):
+    with caplog.at_level(logging.WARNING, logger="producers.base.publisher"):
         publisher.stop(timeout_s=0.3)
     took = time.monotonic() - started
 

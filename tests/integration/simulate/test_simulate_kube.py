@@ -15,7 +15,7 @@ from support import wait_until
 from support.publishing import AckingSender
 
 from gpuwatch.stack import kube
-from producers.agent.publisher import MessageSender
+from producers.base.publisher import MessageSender
 from producers.simulate.kube import manifests as m
 from producers.simulate.kube.live import MANAGED_BY, SIMULATOR_LABELS, LiveApiServer
 from producers.simulate.runner import run_simulation, start_simulation

@@ -17,7 +17,7 @@ from support import free_port, wait_until
 
 from gpuwatch.cli import main
 from gpuwatch.config import load_settings
-from producers.agent.publisher import Done, MessageSender
+from producers.base.publisher import Done, MessageSender
 from producers.simulate.metrics import MetricsPortError
 from producers.simulate.runner import SimulationService, run_simulation, start_simulation
 from producers.simulate.scenario import load_scenario

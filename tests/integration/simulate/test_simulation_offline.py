@@ -9,7 +9,7 @@ import pytest
 from support import wait_until
 
 from gpuwatch.config import load_settings
-from producers.agent.publisher import Done, MessageSender
+from producers.base.publisher import Done, MessageSender
 from producers.simulate.runner import run_simulation, start_simulation
 from producers.simulate.scenario import load_scenario
 from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, K8sNode, K8sPod, NvmlSample

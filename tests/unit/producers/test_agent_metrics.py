@@ -7,8 +7,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.empty_node import empty_node_agent
 
 from producers.agent.metrics import AgentCollector
-from producers.agent.outbox import Entry
-from producers.agent.publisher import Done, Publisher, Rejected
+from producers.base.outbox import Entry
+from producers.base.publisher import Done, Publisher, Rejected
 
 
 class HoldingSender:

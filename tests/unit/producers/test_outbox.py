@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.publishing import entry, names
 
-from producers.agent.outbox import Entry, Outbox
+from producers.base.outbox import Entry, Outbox
 
 
 def test_entry_size_counts_key_and_value() -> None:

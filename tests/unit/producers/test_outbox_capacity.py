@@ -8,7 +8,7 @@ import uuid
 from fixtures.nvml.recorded_nvml import node
 
 from producers.agent.loop import NodeAgent
-from producers.agent.outbox import Entry, Outbox
+from producers.base.outbox import Entry, Outbox
 from producers.base.ports import DeviceAllocation, PodRef
 from producers.nvml.reader import NvmlReader
 from schemas import NVML_SAMPLES

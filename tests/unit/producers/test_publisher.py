@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.publishing import SIZE, AckingSender, RefusingSender, keys, message
 
-from producers.agent.publisher import Abandoned, Done, MessageSender, Publisher, Rejected
+from producers.base.publisher import Abandoned, Done, MessageSender, Publisher, Rejected
 
 
 def loaded(sender: MessageSender, count: int, in_flight_bytes: int = 1 << 20) -> Publisher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.publishing import SharedSender
 
-from producers.agent.publisher import Abandoned, Done, Publisher
+from producers.base.publisher import Abandoned, Done, Publisher
 from producers.simulate.publishing import NodePublishers
 
 

@@ -12,7 +12,7 @@ import pytest
 from gpuwatch.cli.main import main
 from gpuwatch.config import load_settings
 from gpuwatch.run.simulate import SimulateOptions
-from producers.agent.publisher import Done, MessageSender
+from producers.base.publisher import Done, MessageSender
 from producers.k8s.api import Collection, WatchLines
 from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.runner import SimulationService

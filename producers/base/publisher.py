@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from producers.agent.outbox import Entry, Outbox
+from producers.base.outbox import Entry, Outbox
 
 log = logging.getLogger(__name__)
 
