@@ -3,7 +3,7 @@
 `producer`, `consumer` and `admin` build clients from the Kafka settings (servers, SASL
 and TLS come from `KafkaSettings.client_options`, the one place that reads them); the
 types and errors the callers need are re-exported here, so that kafka-python is imported
-by this module and the node side's sender (`producers.kafka`) alone. The rest creates
+by this module and the node side's sender (`producers.base.kafka`) alone. The rest creates
 and checks topics: those of docs/DESIGN.md §3 together, another (the worker's internal tick
 topic) on its own.
 """

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 
 from gpuwatch.kafka import create_topics, delete_topics
 from producers.agent.loop import NodeAgent
+from producers.base.kafka import KafkaSender, linger_ms
 from producers.base.publisher import Publisher
-from producers.kafka import KafkaSender, linger_ms
 from producers.simulate.node import simple_node
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import Settings

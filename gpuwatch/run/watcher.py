@@ -14,12 +14,12 @@ import msgspec
 from prometheus_client import CollectorRegistry, start_http_server
 
 from gpuwatch.run.readback import recall_of, window_ms
+from producers.base.kafka import KafkaSender
 from producers.base.publisher import Publisher
 from producers.k8s.client import K8sConfigError, KubernetesApi, connect
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import FULL_RESYNC_S
-from producers.kafka import KafkaSender
 from schemas.codec import TopicSpec
 from schemas.settings import Settings
 from schemas.topics import K8S_NODES, K8S_PODS, K8S_WORKLOADS

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from producers.base.resources import ResourceFilter
 from producers.k8s.objects import Container, Node, Pod, Quantity, parse_quantity
-from producers.resources import ResourceFilter
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import grpc
 from google.protobuf.message import Message
 
 from producers.base.ports import AllocationSource, DeviceAllocation
+from producers.base.resources import ResourceFilter
 from producers.podresources.dra import (
     DEFAULT_DRA_DRIVERS,
     ClaimDevice,
@@ -26,7 +27,6 @@ from producers.podresources.dra import (
 )
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, method_path
-from producers.resources import ResourceFilter
 from schemas.ids import PodUid
 
 __all__ = [

@@ -28,12 +28,12 @@ from typing import TypeVar
 
 import msgspec
 
+from producers.base.kafka import KafkaSender
 from producers.base.publisher import MessageSender, Publisher
 from producers.k8s.api import KubeApi
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
-from producers.kafka import KafkaSender
 from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.kube.live import LiveApiServer
 from producers.simulate.loop import SimClock, Simulation

@@ -26,8 +26,8 @@ from gpuwatch.kafka import create_topics
 from gpuwatch.stack import manager, processes
 from gpuwatch.stack.service import StackPaths
 from producers.agent.loop import NodeAgent
+from producers.base.kafka import KafkaSender
 from producers.base.publisher import Publisher
-from producers.kafka import KafkaSender
 from producers.simulate.node import simple_node
 from schemas import NVML_SAMPLES
 from schemas.settings import Settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.kafka import FAST_LINGER_MS, LINGER_MS, KafkaSender, linger_ms
+from producers.base.kafka import FAST_LINGER_MS, LINGER_MS, KafkaSender, linger_ms
 from schemas.settings import KafkaSettings
 
 
