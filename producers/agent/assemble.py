@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from producers.base.devices import is_replicated, normalise_device_id
 from producers.base.ports import DeviceAllocation, DeviceReading, PodRef, ReadResult
-from producers.podresources.devices import is_replicated, normalise_device_id
 from schemas.fields import DEFAULT_CLUSTER, Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample

@@ -13,9 +13,9 @@ import grpc
 import pytest
 from support.kubelet import FakeKubelet, Serve, devices, pod
 
+from producers.base.devices import is_replicated
 from producers.base.ports import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
-from producers.podresources.devices import is_replicated
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2
 from schemas.ids import PodUid

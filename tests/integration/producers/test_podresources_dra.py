@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from support.kubelet import FakeKubelet, Serve, claim, devices, pod
 
+from producers.base.devices import is_replicated
 from producers.base.ports import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
-from producers.podresources.devices import is_replicated
 from producers.podresources.dra import DeviceKey, DraDevice
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2 as pb

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from producers.base.devices import is_replicated, normalise_device_id
 from producers.base.ports import DeviceAllocation
 from producers.base.resources import ResourceFilter
-from producers.podresources.devices import is_replicated, normalise_device_id
 from schemas.ids import PodUid
 
 GPU_A = "GPU-8f3c6a1e-58d2-8a34-1b2c-9d0e7f6a5b4c"

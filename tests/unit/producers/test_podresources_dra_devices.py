@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from support import dra
 
 from producers.agent.assemble import SharingConfig, sharing_mode
+from producers.base.devices import is_replicated
 from producers.base.ports import DeviceAllocation, DeviceReading
-from producers.podresources.devices import is_replicated
 from producers.podresources.dra import (
     ClaimDevice,
     DraDevice,
