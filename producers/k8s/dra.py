@@ -17,8 +17,8 @@ from typing import Any, TypedDict
 
 import msgspec
 
+from producers.base.dra import MalformedSlice, slice_devices
 from producers.k8s.objects import MalformedObject, ObjectMeta, Page, decode_list
-from producers.podresources.dra import MalformedSlice, slice_devices
 from schemas.fields import K8sEventType
 
 __all__ = [

@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+from producers.base.dra import DeviceKey, DraDevice, table_from_slices
 from producers.k8s.api import ApiError
-from producers.podresources.dra import DeviceKey, DraDevice, table_from_slices
 
 __all__ = ["RESOURCE_SLICES_PATH", "ApiCaller", "ResourceSliceDevices", "node_items"]
 

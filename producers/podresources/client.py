@@ -16,15 +16,10 @@ from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from producers.base.dra import DEFAULT_DRA_DRIVERS, DeviceKey, DeviceLookup
 from producers.base.ports import AllocationSource, DeviceAllocation
 from producers.base.resources import ResourceFilter
-from producers.podresources.dra import (
-    DEFAULT_DRA_DRIVERS,
-    ClaimDevice,
-    DeviceKey,
-    DeviceLookup,
-    claim_allocations,
-)
+from producers.podresources.claims import ClaimDevice, claim_allocations
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2, method_path
 from schemas.ids import PodUid

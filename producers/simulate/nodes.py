@@ -9,14 +9,9 @@ from dataclasses import dataclass
 
 from producers.agent.assemble import SharingConfig
 from producers.agent.loop import Clock, NodeAgent, Publish
+from producers.base.dra import DeviceKey, DraDevice, table_from_slices
 from producers.base.ports import DeviceAllocation, PodRef
-from producers.podresources.dra import (
-    ClaimDevice,
-    DeviceKey,
-    DraDevice,
-    claim_allocations,
-    table_from_slices,
-)
+from producers.podresources.claims import ClaimDevice, claim_allocations
 from producers.simulate.cluster import (
     Change,
     ContainerCrashed,

@@ -37,7 +37,7 @@ def mig_resource(profile: str) -> str:
 
 def dra_resource(profile: str | None) -> str:
     """What a claim's GPU (or MIG device of `profile`) is called in allocations, as the
-    agent names it (`producers.podresources.dra.DraDevice.resource`)."""
+    agent names it (`producers.base.dra.DraDevice.resource`)."""
     return f"{DRA_DRIVER}/gpu" if profile is None else f"{DRA_DRIVER}/mig-{profile}"
 
 

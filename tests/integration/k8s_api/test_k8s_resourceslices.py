@@ -16,9 +16,9 @@ import yaml
 from support import dra
 from support.apiservers import LiveApiServer
 
+from producers.base.dra import DraDevice
 from producers.k8s.api import ApiError
 from producers.k8s.slices import RESOURCE_SLICES_PATH, ResourceSliceDevices
-from producers.podresources.dra import DraDevice
 from schemas.ids import GpuUuid
 
 RBAC = Path(__file__).parents[3] / "deploy" / "rbac" / "node-agent.yaml"

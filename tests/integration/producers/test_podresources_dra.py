@@ -11,9 +11,9 @@ import pytest
 from support.kubelet import FakeKubelet, Serve, claim, devices, pod
 
 from producers.base.devices import is_replicated
+from producers.base.dra import DeviceKey, DraDevice
 from producers.base.ports import DeviceAllocation
 from producers.podresources.client import KubeletAllocationSource
-from producers.podresources.dra import DeviceKey, DraDevice
 from producers.podresources.poduids import PodLogUids
 from producers.podresources.proto import api_pb2 as pb
 from schemas.ids import GpuUuid, PodUid

@@ -11,14 +11,9 @@ from support import dra
 
 from producers.agent.assemble import SharingConfig, sharing_mode
 from producers.base.devices import is_replicated
+from producers.base.dra import DraDevice, slice_devices, table_from_slices
 from producers.base.ports import DeviceAllocation, DeviceReading
-from producers.podresources.dra import (
-    ClaimDevice,
-    DraDevice,
-    claim_allocations,
-    slice_devices,
-    table_from_slices,
-)
+from producers.podresources.claims import ClaimDevice, claim_allocations
 from schemas.ids import GpuUuid, PodUid
 
 NODE = "gpu-node-1"

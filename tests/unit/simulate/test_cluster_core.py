@@ -347,7 +347,7 @@ def test_a_shared_claim_gives_its_pods_the_same_gpu_and_frees_it_with_the_last()
 
 
 def test_dra_nodes_advertise_no_extended_resource_and_publish_a_slice() -> None:
-    from producers.podresources.dra import table_from_slices
+    from producers.base.dra import table_from_slices
     from producers.simulate.topology import resource_slice
 
     nodes = layout(parse_scenario(DRA))
@@ -423,7 +423,7 @@ def test_kueue_holds_queued_jobs_without_pods_until_their_quota_is_free() -> Non
 
 
 def test_a_dra_mig_pool_publishes_its_instances_and_claims_map_to_them() -> None:
-    from producers.podresources.dra import table_from_slices
+    from producers.base.dra import table_from_slices
     from producers.simulate.topology import resource_slice
 
     (node,) = layout(

@@ -1,13 +1,14 @@
-"""GPUs allocated through Dynamic Resource Allocation: claim devices to GPU uuids.
+"""GPUs of Dynamic Resource Allocation drivers, as the ResourceSlices describe them.
 
-The kubelet lists a DRA-allocated device under a container's `dynamic_resources` by
-its claim, driver, pool and device name (`gpu.nvidia.com`, pool `node-1`, `gpu-3`), never
-by GPU uuid. The driver publishes each device's attributes in the node's ResourceSlices:
-the NVIDIA DRA driver (k8s-dra-driver-gpu, `deviceinfo.go`) names a whole GPU `gpu-<minor>`
-with attributes `type: gpu`, `uuid`, `productName`..., and a MIG device with `type: mig`,
-`uuid` (the MIG uuid), `parentUUID` and `profile` (`1g.10gb`). This module turns the
-kubelet's claim devices into allocations of GPU uuids with such a table; building the
-table from the API server is `producers.k8s.slices`.
+The kubelet lists a DRA-allocated device by its claim, driver, pool and device name
+(`gpu.nvidia.com`, pool `node-1`, `gpu-3`), never by GPU uuid. The driver publishes each
+device's attributes in the node's ResourceSlices: the NVIDIA DRA driver
+(k8s-dra-driver-gpu, `deviceinfo.go`) names a whole GPU `gpu-<minor>` with attributes
+`type: gpu`, `uuid`, `productName`..., and a MIG device with `type: mig`, `uuid` (the MIG
+uuid), `parentUUID` and `profile` (`1g.10gb`). This module reads slices into devices with
+their GPU uuids: the node agent's table of them (`producers.k8s.slices`) turns the
+kubelet's claim devices into allocations (`producers.podresources.claims`), and the
+watcher counts them per node (`producers.k8s.dra`).
 
 An allocation made this way names its resource `<driver>/<type>`: `gpu.nvidia.com/gpu`,
 or `gpu.nvidia.com/mig-1g.10gb` for a MIG device, as the device plugin names its MIG
@@ -21,17 +22,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from producers.base.ports import DeviceAllocation
-from schemas.ids import GpuUuid, PodUid
+from schemas.ids import GpuUuid
 
 __all__ = [
     "DEFAULT_DRA_DRIVERS",
-    "ClaimDevice",
     "DeviceKey",
     "DeviceLookup",
     "DraDevice",
     "MalformedSlice",
-    "claim_allocations",
     "slice_devices",
     "table_from_slices",
 ]
@@ -41,26 +39,6 @@ DEFAULT_DRA_DRIVERS = ("gpu.nvidia.com",)
 
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device name): how the kubelet and a ResourceSlice both name a device."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimDevice:
-    """One device of a ResourceClaim a container uses, as the kubelet lists it."""
-
-    pod_uid: PodUid
-    namespace: str
-    pod: str
-    container: str
-    claim: str
-    """`namespace/name` of the ResourceClaim; one claim may be shared by several pods."""
-    driver: str
-    pool: str
-    device: str
-
-    @property
-    def key(self) -> DeviceKey:
-        """The device's (driver, pool, name)."""
-        return (self.driver, self.pool, self.device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,38 +172,3 @@ def table_from_slices(
             if newest[(device.driver, device.pool)] == generation:
                 table[device.key] = device
     return table
-
-
-def claim_allocations(
-    uses: Iterable[ClaimDevice], devices: Mapping[DeviceKey, DraDevice]
-) -> tuple[tuple[DeviceAllocation, ...], tuple[ClaimDevice, ...]]:
-    """The allocations behind the kubelet's claim devices, and the devices not in `devices`.
-
-    One allocation per container, claim and resource, devices in the kubelet's order;
-    each device id is the GPU (or MIG) uuid, so the rest of the pipeline treats a
-    DRA-allocated pod like a device-plugin one.
-    """
-    grouped: dict[tuple[PodUid, str, str, str], tuple[ClaimDevice, list[GpuUuid]]] = {}
-    unknown: list[ClaimDevice] = []
-    for use in uses:
-        device = devices.get(use.key)
-        if device is None:
-            unknown.append(use)
-            continue
-        group = (use.pod_uid, use.container, use.claim, device.resource)
-        entry = grouped.setdefault(group, (use, []))
-        if device.uuid not in entry[1]:
-            entry[1].append(device.uuid)
-    allocations = tuple(
-        DeviceAllocation(
-            pod_uid=use.pod_uid,
-            namespace=use.namespace,
-            pod=use.pod,
-            container=use.container,
-            resource=resource,
-            device_ids=tuple(uuids),
-            claim=use.claim,
-        )
-        for (_, _, _, resource), (use, uuids) in grouped.items()
-    )
-    return allocations, tuple(unknown)
