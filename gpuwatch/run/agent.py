@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from producers.agent.loop import NodeAgent
 from producers.agent.metrics import AgentCollector, ClaimStats, WorkCollector
 from producers.base.kafka import KafkaSender, linger_ms
+from producers.base.kubeapi import ApiError
 from producers.base.ports import AllocationSource, GpuReader, PodResolver
 from producers.base.publisher import Publisher
-from producers.k8s.api import ApiError
 from producers.k8s.slices import ApiCaller, ResourceSliceDevices
 from producers.work.scraper import WorkScraper, WorkScraperThread, pod_work
 from producers.work.targets import ApiTargets

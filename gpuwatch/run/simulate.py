@@ -18,7 +18,7 @@ from types import FrameType
 
 from gpuwatch.stack import kube, manager
 from gpuwatch.stack.service import StackError
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import K8sConfigError
 from producers.simulate.kube.live import SIMULATOR_LABELS, LiveApiServer
 from producers.simulate.metrics import MetricsPortError

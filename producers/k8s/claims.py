@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.objects import PodSpec
 
 __all__ = [

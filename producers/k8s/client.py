@@ -23,7 +23,7 @@ from kubernetes import config as _kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from producers.k8s.api import ApiError, Collection, Disconnected, Expired, WatchLines
+from producers.base.kubeapi import ApiError, Collection, Disconnected, Expired, WatchLines
 
 log = logging.getLogger(__name__)
 kube_config: Any = _kube_config  # untyped: loaders of kubeconfig and in-cluster config

@@ -9,7 +9,7 @@ from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
-from producers.k8s.api import Resource
+from producers.base.kubeapi import Resource
 from producers.k8s.claims import ClaimRequests
 from producers.k8s.dra import (
     SLICE_DECODER,

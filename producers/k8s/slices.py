@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from producers.base.dra import DeviceKey, DraDevice, table_from_slices
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 
 __all__ = ["RESOURCE_SLICES_PATH", "ApiCaller", "ResourceSliceDevices", "node_items"]
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from producers.k8s.api import ApiError, Collection, KubeApi
+from producers.base.kubeapi import ApiError, Collection, KubeApi
 from producers.k8s.claims import ClaimLookup, ClaimRequests
 from producers.k8s.dra import DRA_GROUP, DRA_VERSIONS, DraInventory, SliceDevices
 from producers.k8s.kinds import NodeKind, PodKind, SliceKind, WorkloadKind

@@ -31,7 +31,7 @@ from typing import Generic, TypeVar
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
-from producers.k8s.api import ApiError, Collection, Disconnected, Expired, KubeApi, WatchLines
+from producers.base.kubeapi import ApiError, Collection, Disconnected, Expired, KubeApi, WatchLines
 from producers.k8s.dra import SliceDevices
 from producers.k8s.kinds import Kind
 from producers.k8s.objects import Bookmark, Change, MalformedObject, StatusError

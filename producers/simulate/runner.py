@@ -29,8 +29,8 @@ from typing import TypeVar
 import msgspec
 
 from producers.base.kafka import KafkaSender
+from producers.base.kubeapi import KubeApi
 from producers.base.publisher import MessageSender, Publisher
-from producers.k8s.api import KubeApi
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.slices import ApiCaller, node_items
 from schemas.ids import NodeName, PodUid
 

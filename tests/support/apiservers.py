@@ -35,7 +35,7 @@ from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.stack import kube, manager
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import RESOURCES
 from producers.simulate.kube.live import LiveApiServer as ApiServerWriter

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.simulate.cluster import (
     Change,
     ContainerCrashed,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi, connect
 from producers.simulate.kube.apiserver import RESOURCES
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.kube import controlled
 
-from producers.k8s.api import ApiError, Collection, Disconnected, Expired
+from producers.base.kubeapi import ApiError, Collection, Disconnected, Expired
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube import manifests as m
 from producers.simulate.kube.apiserver import FakeApiServer

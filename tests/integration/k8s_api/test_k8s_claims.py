@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff

@@ -19,7 +19,7 @@ from support import dra
 from support.apiservers import LiveApiServer
 from support.kube import RBAC
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.k8s.slices import RESOURCE_SLICES_PATH
 from producers.k8s.watcher import K8sWatcher

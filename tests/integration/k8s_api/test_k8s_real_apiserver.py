@@ -17,7 +17,7 @@ import yaml
 from support.apiservers import LiveApiServer
 from support.kube import RBAC, controlled
 
-from producers.k8s.api import ApiError, Collection, Expired
+from producers.base.kubeapi import ApiError, Collection, Expired
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
 from producers.simulate.kube import manifests as m

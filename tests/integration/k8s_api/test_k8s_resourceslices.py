@@ -17,7 +17,7 @@ from support import dra
 from support.apiservers import LiveApiServer
 
 from producers.base.dra import DraDevice
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.slices import RESOURCE_SLICES_PATH, ResourceSliceDevices
 from schemas.ids import GpuUuid
 

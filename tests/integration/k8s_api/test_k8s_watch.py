@@ -255,7 +255,7 @@ def test_api_errors_back_off_and_recover(
 def test_the_first_list_is_paginated(
     apiserver: FakeApiServer, kube: KubernetesApi, recorder: Recorder, wait: Any
 ) -> None:
-    from producers.k8s.api import Collection
+    from producers.base.kubeapi import Collection
     from producers.k8s.watching import Watch
 
     for i in range(5):

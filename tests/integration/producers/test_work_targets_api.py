@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.simulate.kube.apiserver import FakeApiServer, parse_field_selector
 from producers.simulate.kube.manifests import bound, gpu_pod, running

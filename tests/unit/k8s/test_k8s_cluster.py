@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import load
 
-from producers.k8s.api import Collection, WatchLines
+from producers.base.kubeapi import Collection, WatchLines
 from producers.k8s.watcher import K8sWatcher
 from schemas import K8S_NODES, K8S_PODS
 from schemas.settings import WatcherSettings

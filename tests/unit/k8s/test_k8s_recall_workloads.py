@@ -10,7 +10,7 @@ import json
 import msgspec
 import pytest
 
-from producers.k8s.api import Collection, WatchLines
+from producers.base.kubeapi import Collection, WatchLines
 from producers.k8s.recall import Recall
 from producers.k8s.resync import Published, relist
 from producers.k8s.watcher import K8sWatcher

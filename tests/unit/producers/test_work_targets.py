@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from producers.k8s.api import ApiError
+from producers.base.kubeapi import ApiError
 from producers.work.targets import (
     ANNOTATION,
     PATH_ANNOTATION,

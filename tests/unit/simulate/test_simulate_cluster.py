@@ -12,8 +12,8 @@ import pytest
 from gpuwatch.cli.main import main
 from gpuwatch.config import load_settings
 from gpuwatch.run.simulate import SimulateOptions
+from producers.base.kubeapi import Collection, WatchLines
 from producers.base.publisher import Done, MessageSender
-from producers.k8s.api import Collection, WatchLines
 from producers.simulate.kube.apiserver import FakeApiServer
 from producers.simulate.runner import SimulationService
 from producers.simulate.scenario import load_scenario

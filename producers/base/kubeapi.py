@@ -1,7 +1,8 @@
-"""The Kubernetes API as the watcher needs it: list, watch, read an owner; and its errors.
+"""The Kubernetes API as the producers need it: list, watch, read an owner; and its errors.
 
-`client.py` implements it with the `kubernetes` client; tests swap in other
-implementations. Bodies are raw JSON bytes: decoding belongs to the pure core.
+`producers.k8s.client` implements it with the `kubernetes` client; tests and the
+simulator swap in other implementations. Bodies are raw JSON bytes: decoding belongs
+to the pure core.
 """
 
 from __future__ import annotations
