@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from producers.agent.loop import NodeAgent
 from producers.agent.metrics import AgentCollector, ClaimStats, WorkCollector
+from producers.agent.slices import ResourceSliceDevices
 from producers.base.kafka import KafkaSender, linger_ms
-from producers.base.kubeapi import ApiError
+from producers.base.kubeapi import ApiCaller, ApiError
 from producers.base.ports import AllocationSource, GpuReader, PodResolver
 from producers.base.publisher import Publisher
-from producers.k8s.slices import ApiCaller, ResourceSliceDevices
 from producers.work.scraper import WorkScraper, WorkScraperThread, pod_work
 from producers.work.targets import ApiTargets
 from schemas.nvml_sample import PodWork

@@ -1,1 +1,1 @@
-"""The node agent: its loop, one sample assembled per tick, its metrics."""
+"""The node agent: its loop, one sample assembled per tick, its table of DRA devices, metrics."""

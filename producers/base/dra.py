@@ -6,7 +6,7 @@ device's attributes in the node's ResourceSlices: the NVIDIA DRA driver
 (k8s-dra-driver-gpu, `deviceinfo.go`) names a whole GPU `gpu-<minor>` with attributes
 `type: gpu`, `uuid`, `productName`..., and a MIG device with `type: mig`, `uuid` (the MIG
 uuid), `parentUUID` and `profile` (`1g.10gb`). This module reads slices into devices with
-their GPU uuids: the node agent's table of them (`producers.k8s.slices`) turns the
+their GPU uuids: the node agent's table of them (`producers.agent.slices`) turns the
 kubelet's claim devices into allocations (`producers.podresources.claims`), and the
 watcher counts them per node (`producers.k8s.dra`).
 

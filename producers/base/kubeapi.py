@@ -1,4 +1,4 @@
-"""The Kubernetes API as the producers need it: list, watch, read an owner; and its errors.
+"""The Kubernetes API as the producers need it: list, watch, get, one request; its errors.
 
 `producers.k8s.client` implements it with the `kubernetes` client; tests and the
 simulator swap in other implementations. Bodies are raw JSON bytes: decoding belongs
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 __all__ = [
+    "ApiCaller",
     "ApiError",
     "Collection",
     "Disconnected",
@@ -100,4 +101,12 @@ class KubeApi(Protocol):
     def served_versions(self, group: str) -> tuple[str, ...] | None:
         """The versions of an API group the server serves, its preferred one first; None
         when it serves none (a CRD not installed)."""
+        ...
+
+
+class ApiCaller(Protocol):
+    """One request to the API server (`KubernetesApi.call`)."""
+
+    def call(self, method: str, path: str) -> bytes:
+        """The answer's body; ApiError on failure."""
         ...

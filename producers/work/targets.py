@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from producers.base.kubeapi import ApiError
-from producers.k8s.slices import ApiCaller, node_items
+from producers.base.kubeapi import ApiCaller, ApiError
+from producers.base.paging import node_items
 from schemas.ids import NodeName, PodUid
 
 __all__ = [

@@ -16,9 +16,9 @@ import yaml
 from support import dra
 from support.apiservers import LiveApiServer
 
+from producers.agent.slices import RESOURCE_SLICES_PATH, ResourceSliceDevices
 from producers.base.dra import DraDevice
 from producers.base.kubeapi import ApiError
-from producers.k8s.slices import RESOURCE_SLICES_PATH, ResourceSliceDevices
 from schemas.ids import GpuUuid
 
 RBAC = Path(__file__).parents[3] / "deploy" / "rbac" / "node-agent.yaml"
@@ -166,7 +166,7 @@ def test_the_agent_reads_its_nodes_slices_with_its_own_rbac(
 def test_a_forbidden_read_is_counted_warned_once_and_retried(
     real: LiveApiServer, slices: list[str], caplog: pytest.LogCaptureFixture, wait: Any
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="producers.k8s.slices")
+    caplog.set_level(logging.DEBUG, logger="producers.agent.slices")
     token = agent_token(real, wait, with_role=False)
     create(real, slices, resource_slice("dra-node-1-gpu-g1", [gpu(0)]))
     api = real.client_as(token)

@@ -10,31 +10,21 @@ table, logs one WARNING per outage and is retried at the next miss.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Protocol
-from urllib.parse import urlencode
+from typing import Any
 
 from producers.base.dra import DeviceKey, DraDevice, table_from_slices
-from producers.base.kubeapi import ApiError
+from producers.base.kubeapi import ApiCaller, ApiError
+from producers.base.paging import node_items
 
-__all__ = ["RESOURCE_SLICES_PATH", "ApiCaller", "ResourceSliceDevices", "node_items"]
+__all__ = ["RESOURCE_SLICES_PATH", "ResourceSliceDevices"]
 
 log = logging.getLogger(__name__)
 
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 """`resource.k8s.io/v1`, served from Kubernetes 1.34 (DRA GA)."""
-PAGE = 500
-
-
-class ApiCaller(Protocol):
-    """One request to the API server (`KubernetesApi.call`)."""
-
-    def call(self, method: str, path: str) -> bytes:
-        """The answer's body; ApiError on failure."""
-        ...
 
 
 class ResourceSliceDevices:
@@ -110,21 +100,3 @@ class ResourceSliceDevices:
         if self._api is None:
             self._api = self._connect()
         return node_items(self._api, RESOURCE_SLICES_PATH, self._node, "ResourceSlice")
-
-
-def node_items(api: ApiCaller, path: str, node: str, what: str) -> list[Mapping[str, Any]]:
-    """Every page of the objects of collection `path` on `node` (fieldSelector
-    spec.nodeName). ValueError for an answer that is not a list of `what`."""
-    items: list[Mapping[str, Any]] = []
-    token: str | None = None
-    while True:
-        query = {"fieldSelector": f"spec.nodeName={node}", "limit": str(PAGE)}
-        if token:
-            query["continue"] = token
-        body = json.loads(api.call("GET", f"{path}?{urlencode(query)}"))
-        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-            raise ValueError(f"the {what} list is not a list")
-        items.extend(i for i in body["items"] if isinstance(i, dict))
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return items
