@@ -8,6 +8,7 @@ from streams.faust.inbox import Inboxes
 from streams.faust.internals import (
     drain_messages,
     getmany_leaving,
+    new_offset,
     replace_read_offsets,
     seek_to_beginning,
 )
@@ -73,6 +74,7 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
     group. Such a partition is read again from its beginning, as a new group would.
     `rewind` reads a partition again for the agent loop (`ReadOffsets`). The partitions in
     `unread` are left out of its fetches (watermark alignment, `streams.core.alignment`).
+    What it commits counts an offset acknowledged twice once (`internals.new_offset`).
     """
 
     class RewindingConsumer(base):  # type: ignore[misc]
@@ -88,6 +90,10 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
         async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
             # Faust's signature, its `timeout` name included.
             return await getmany_leaving(super()._getmany, active_partitions, timeout, self.unread)
+
+        def _new_offset(self, tp: Any) -> int | None:
+            # Faust's, an offset acknowledged twice (a gap read again) counted once.
+            return new_offset(self, tp)
 
         async def seek_to_committed(self) -> Any:
             committed = await super().seek_to_committed()

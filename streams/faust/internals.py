@@ -17,6 +17,7 @@ from aiokafka import codec
 from aiokafka.record._crecords import default_records as c_records
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP
+from faust.types.tuples import ack_lock
 
 __all__ = [
     "aiokafka_producer_of",
@@ -24,6 +25,7 @@ __all__ = [
     "committed_offset",
     "drain_messages",
     "getmany_leaving",
+    "new_offset",
     "replace_read_offsets",
     "seek_to_beginning",
     "use_consumer_class",
@@ -158,6 +160,55 @@ async def getmany_leaving(
             return {}
         active = wanted
     return await getmany(active, within)
+
+
+def new_offset(consumer: Any, tp: Any) -> int | None:
+    """Faust's `Consumer._new_offset(tp)`: the offset to commit for `tp`, None for none yet,
+    an offset acknowledged twice counted once.
+
+    Faust keeps a partition's acknowledged offsets in a list (`_acked[tp]`, with a set
+    `_acked_index[tp]` to refuse an offset twice) and commits up to the end of its first run
+    of consecutive offsets. Its gaps (`_add_gap`: offsets the fetch loop jumped over, taken as
+    never coming) go into the list but not the set, so when the agent loop reads such a gap
+    again (`streams.runtime.rewinds`) its offsets are acknowledged a second time. Faust's
+    runs then break at every duplicate (`consecutive_numbers` of 5 6 6 7 is 5 6 | 6 7), and
+    each commit moved past one of them: every 2.8 s one offset, so a backlog's last few
+    hundred records took their own quarter of an hour to commit (the group's lag stood still
+    after everything was processed, and the stall alert could fire).
+
+    The rules are Faust's otherwise: gaps up to the highest acknowledged offset count as
+    acknowledged; offsets below the commit are forgotten (Faust left them to be passed over
+    one run per commit); nothing is committable while the first acknowledged offset is more
+    than one past the commit (Faust's own allowance of one missing offset is kept: the agent
+    loop's stored positions cover it).
+    """
+    with ack_lock:  # what `Consumer.ack` holds while it adds to the list and the set
+        acked: list[int] = consumer._acked[tp]
+        if not acked:
+            return None
+        gaps = consumer._gap[tp]
+        if gaps:
+            highest = max(acked)
+            spans = sorted(gaps.overlap(0, highest), key=lambda span: span.begin)
+            if spans:
+                filled = [offset for span in spans for offset in range(span.begin, span.end)]
+                acked.extend(filled)
+                gaps.chop(0, max(filled[-1], highest + 1))
+        committed: int | None = consumer._committed_offset[tp]
+        offsets = sorted(set(acked))
+        if committed:
+            offsets = [offset for offset in offsets if offset >= committed]
+        index = consumer._acked_index[tp]
+        if not offsets or (committed and offsets[0] - committed > 1):
+            acked[:] = offsets
+            index.intersection_update(offsets)
+            return None
+        end = 1
+        while end < len(offsets) and offsets[end] == offsets[end - 1] + 1:
+            end += 1
+        acked[:] = offsets[end:]
+        index.intersection_update(acked)
+        return offsets[end - 1] + 1
 
 
 def replace_read_offsets(consumer: Any, offsets: Any) -> None:

@@ -202,3 +202,70 @@ def test_the_c_batch_builder_compresses_lz4_in_fast_mode_and_the_batch_reads_bac
         internals.use_fast_lz4()
     assert len(calls) == 1
     assert [record.value for record in batch] == values
+
+
+class _Acked:
+    """A record as Faust's `Consumer.ack` reads it."""
+
+    def __init__(self, tp: TP, offset: int) -> None:
+        self.tp, self.offset, self.topic, self.acked = tp, offset, tp.topic, False
+
+
+def _ack(consumer: Any, tp: TP, offsets: range) -> None:
+    for offset in offsets:
+        consumer.ack(_Acked(tp, offset))
+
+
+@pytest.fixture
+def acking(runtime: WorkerRuntime, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The runtime's consumer, acknowledgements counted for every topic (as once started:
+    Faust's conductor learns the agents' topics when the app starts)."""
+    monkeypatch.setattr(runtime.app.topics, "acks_enabled_for", lambda topic: True)
+    return runtime.app.consumer
+
+
+def test_a_gap_read_again_commits_at_once_not_one_offset_per_commit(acking: Any) -> None:
+    # The fetch loop jumps from 104 to 300 (Faust records 105..299 as a gap); the agent
+    # loop acknowledges 300..399 (events after its gap, skipped), seeks back to 105, and
+    # reads 105..399 again. Faust's list then holds 105..299 twice (the gap, then the
+    # records), and its `_new_offset` moved one run per commit: 196 commits to pass them.
+    assert _positional(driver.Consumer._new_offset) == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("tp", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+    ]
+    for name in ("_acked", "_acked_index", "_gap", "_committed_offset"):
+        assert f"self.{name}[tp]" in inspect.getsource(driver.Consumer._new_offset), name
+    consumer = acking
+    tp = TP(NVML_SAMPLES.full_name(Settings().kafka.topic_prefix), 3)
+    consumer._committed_offset[tp] = 100
+    _ack(consumer, tp, range(100, 105))
+    asyncio.run(consumer._add_gap(tp, 105, 299))
+    _ack(consumer, tp, range(300, 400))
+    _ack(consumer, tp, range(105, 300))  # read again after the seek back
+    assert len(consumer._acked[tp]) == 300
+    assert consumer._filter_committable_offsets([tp]) == {tp: 400}
+    assert consumer._acked[tp] == []
+    assert consumer._acked_index[tp] == set()
+
+
+def test_committable_offsets_are_faust_s_where_nothing_is_acknowledged_twice(
+    acking: Any,
+) -> None:
+    # Faust's rules otherwise: the first run of consecutive offsets, gaps below the highest
+    # acknowledged offset counted, nothing while the first offset is two past the commit,
+    # Faust's allowance of one missing offset (105 here) kept.
+    consumer = acking
+    tp = TP(NVML_SAMPLES.full_name(Settings().kafka.topic_prefix), 4)
+    consumer._committed_offset[tp] = 100
+    _ack(consumer, tp, range(102, 110))
+    assert consumer._filter_committable_offsets([tp]) == {}  # 100 and 101 missing
+    _ack(consumer, tp, range(101, 102))
+    assert consumer._filter_committable_offsets([tp]) == {tp: 110}  # one missing: Faust's
+    consumer._committed_offset[tp] = 110
+    _ack(consumer, tp, range(110, 115))
+    _ack(consumer, tp, range(120, 125))
+    assert consumer._filter_committable_offsets([tp]) == {tp: 115}
+    consumer._committed_offset[tp] = 115
+    asyncio.run(consumer._add_gap(tp, 115, 119))
+    assert consumer._filter_committable_offsets([tp]) == {tp: 125}
+    assert consumer._acked[tp] == []
