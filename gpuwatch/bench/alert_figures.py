@@ -1,7 +1,7 @@
 """The figures of the idle-alert part: latencies per stage, and a DCGM + Prometheus setup's.
 
 A GpuIdleAllocated alert fires on the node sample whose end completes `idle_alert_after_s`
-of idleness (streams/core/gpu_alerts.py): its message's `ts` is the run's start plus the
+of idleness (streams/core/node/gpu_alerts.py): its message's `ts` is the run's start plus the
 threshold, so that sample is its node's first one ending at or after the alert's `ts`. A
 stage's latency runs from that sample's hand-over to the Kafka client to the first time
 the bench saw the alert there: read from the `alerts` topic, in Redis' firing hash, in

@@ -23,7 +23,7 @@ from gpuwatch.replay.story import (
     TimeRange,
 )
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
-from streams.core.workloads import WorkloadStanding, standing
+from streams.core.workload.workloads import WorkloadStanding, standing
 
 __all__ = ["assemble", "replaces", "resolve", "state_bands"]
 

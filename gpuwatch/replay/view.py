@@ -20,7 +20,7 @@ from gpuwatch.replay.story import Event, GpuSamples, Story
 from gpuwatch.replay.timefmt import format_duration, format_time
 from gpuwatch.tables import table_lines
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
-from streams.core.workloads import standing
+from streams.core.workload.workloads import standing
 
 if TYPE_CHECKING:
     from gpuwatch.replay.rerun import RerunResult

@@ -3,7 +3,7 @@
 
 A job Kueue holds has no pods yet, so the pods table cannot show it; this section does:
 which queue, how many pods and GPUs it wants, why it waits (in Kueue's words: the
-reasons of `streams.core.workloads`) and since when.
+reasons of `streams.core.workload.workloads`) and since when.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import msgspec
 
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.k8s_workload import K8sWorkload
-from streams.core.workloads import standing
+from streams.core.workload.workloads import standing
 
 __all__ = ["WorkloadRow", "parse_workload", "queued", "workload_json"]
 

@@ -3,7 +3,7 @@
 Samples arrive every second per node; Redis needs only the newest per GPU, so a burst (a
 catch-up after an outage, a replay) costs one write per GPU, and a Redis outage holds at
 most one pending state per GPU. `idle_since` is the start of the GPU's current run of idle
-samples, by the rule the idle alert uses (`streams.core.idleness`, with the idle threshold
+samples, by the rule the idle alert uses (`streams.core.node.idleness`, with the idle threshold
 of the GPU's cluster): a GPU pods hold is idle when each of them is by its own share, so on
 a time-sliced GPU a process of no pod that keeps the device busy does not hide idle
 holders; a GPU no pod holds is idle by its device reading. The run is kept in this process:
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from schemas.ids import GpuUuid
 from schemas.nvml_sample import NvmlSample
 from sinks.redis.plan import GpuLive, gpu_live_states
-from streams.core.idleness import idle_by_gpu
+from streams.core.node.idleness import idle_by_gpu
 
 __all__ = ["LiveGpus"]
 

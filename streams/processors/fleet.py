@@ -7,7 +7,7 @@ partition hosts this one (`PodPartition`), so its state lives in the pod table u
 `@fleet|` keys and its positions with the partition's.
 
 Inputs wait in memory, by the step of event time they belong to, until the lowest mark of
-every node and pod partition has passed the step's end (`streams.core.fleet`). A partition
+every node and pod partition has passed the step's end (`streams.core.fleet.partition`). A partition
 marks a watermark once it has applied a tick of it, and a tick is applied once the
 partition has read every input that was in Kafka when it was sent: a pod partition has
 sent the requests of the pods that watermark released, a node partition what its node
@@ -28,7 +28,7 @@ import msgspec
 
 from schemas.capacity import Capacity
 from schemas.topics import ALERTS, CAPACITY
-from streams.core.fleet import (
+from streams.core.fleet.partition import (
     FLEET_PARTITION,
     STEP_MS,
     BlockedRun,
@@ -43,7 +43,7 @@ from streams.core.fleet import (
     decode_input,
     step_of,
 )
-from streams.core.pod_state import PodState
+from streams.core.pod.pod_state import PodState
 from streams.processors.outputs import Counters, Outputs, Source
 
 __all__ = ["FLEET_KEY", "FLEET_PARTITION", "FleetPartition", "fleet_pod"]

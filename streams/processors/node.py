@@ -38,7 +38,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
-from streams.core.fleet import (
+from streams.core.fleet.partition import (
     FLEET_PARTITION,
     FleetAlert,
     FleetMark,
@@ -49,16 +49,16 @@ from streams.core.fleet import (
     node_after_idle_ended,
     node_after_sample,
 )
-from streams.core.gpu_alerts import (
+from streams.core.integrals import PriceBook, SampleIntegrals, integrate_sample
+from streams.core.node.gpu_alerts import (
     NodeAlertState,
     on_node_removed,
     on_sample,
     on_watermark,
     still_firing,
 )
-from streams.core.gpu_health import HEALTH_SEVERITY
-from streams.core.integrals import PriceBook, SampleIntegrals, integrate_sample
-from streams.core.node_doc import (
+from streams.core.node.gpu_health import HEALTH_SEVERITY
+from streams.core.node.node_doc import (
     NodeDoc,
     NodeRuntime,
     PartitionMeta,
@@ -67,10 +67,10 @@ from streams.core.node_doc import (
     encode,
     node_key,
 )
+from streams.core.node.usage import FLUSH_MS
 from streams.core.sanity import MAX_CLOCK_SKEW_MS, check_node, check_sample, unknown_devices
 from streams.core.split import sample_view
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
-from streams.core.usage import FLUSH_MS
 from streams.processors.outputs import Counters, Outputs, Source
 
 __all__ = ["IDLE_AFTER_MS", "LIVE_MS", "META_KEY", "NodeConfig", "NodePartition"]
@@ -117,7 +117,7 @@ class NodeConfig:
     that late is sent on, GPU windows are emitted again; 0: late data is left out."""
     fleet_topic: str | None = None
     """The internal fleet topic: each node's capacity view goes there when it changes
-    (`streams.core.fleet`); None: no fleet capacity."""
+    (`streams.core.fleet.partition`); None: no fleet capacity."""
 
     def frontier(self, stream_time: int) -> int:
         """The partition's usage frontier at `stream_time` (`ticks.usage_frontier`)."""

@@ -41,11 +41,12 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
-from streams.core import pod_state
-from streams.core.fleet import FleetMark, FleetOwner, encode_input
-from streams.core.pod_alerts import still_firing
-from streams.core.pod_state import Forgotten, Held, PodState, new_state
-from streams.core.pod_step import (
+from streams.core.fleet.partition import FleetMark, FleetOwner, encode_input
+from streams.core.node.usage import FLUSH_MS
+from streams.core.pod import pod_state
+from streams.core.pod.pod_alerts import still_firing
+from streams.core.pod.pod_state import Forgotten, Held, PodState, new_state
+from streams.core.pod.pod_step import (
     FINISHED_KEEP_MS,
     PodOutputs,
     next_due,
@@ -57,7 +58,6 @@ from streams.core.pod_step import (
 )
 from streams.core.sanity import MAX_CLOCK_SKEW_MS, check_pod
 from streams.core.ticks import SourceWatermarks, Tick, usage_frontier
-from streams.core.usage import FLUSH_MS
 from streams.processors.fleet import (
     FLEET_KEY,
     FLEET_PARTITION,

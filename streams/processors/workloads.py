@@ -6,7 +6,7 @@ so partition `q` of it is read by the pod side's partition `q`, which hosts this
 watermark reaches its `ts`, then applied in `ts` order (ties in the order read), each
 workload stepped to the value's time first; then the queued workloads are stepped to the
 watermark, so WorkloadQueuedTooLong fires when its time comes however the values and the
-other inputs were interleaved (`streams.core.workload_step`). A value behind the watermark
+other inputs were interleaved (`streams.core.workload.workload_step`). A value behind the watermark
 is applied at once and counted late. As on the pod side, held values are not stored: the
 partition's stored positions stay at the oldest one held, and what a restart reads again
 that a workload's state holds is skipped (`workload_step.is_replay`). A deleted
@@ -23,8 +23,8 @@ from typing import NamedTuple
 from schemas.k8s_workload import K8sWorkload
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, K8S_WORKLOADS, WORKLOAD_LIFECYCLE
-from streams.core import workload_step
-from streams.core.workload_step import FINISHED_KEEP_MS, Workload, WorkloadOutputs
+from streams.core.workload import workload_step
+from streams.core.workload.workload_step import FINISHED_KEEP_MS, Workload, WorkloadOutputs
 from streams.processors.outputs import Counters, Outputs, Source
 
 __all__ = ["WORKLOAD_KEY", "WorkloadPartition"]

@@ -21,7 +21,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import exposition
 from sinks.prometheus.metrics import WorkerMetrics
-from streams.core.gpu_alerts import NodeAlertState, on_sample
+from streams.core.node.gpu_alerts import NodeAlertState, on_sample
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"

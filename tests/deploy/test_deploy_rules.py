@@ -25,7 +25,8 @@ from schemas import K8sWorkload
 from schemas.alert import AlertName
 from schemas.examples import example
 from schemas.settings import RuleSettings, WorkerSettings
-from streams.core import gpu_health, workload_step
+from streams.core.node import gpu_health
+from streams.core.workload import workload_step
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -43,15 +44,15 @@ def stream_severities() -> dict[str, str]:
     """Each in-stream alert's severity, from the SEVERITY table of the core module that
     raises it (gpu_alerts, gpu_health, pod_alerts...)."""
     found: dict[str, str] = {}
-    for info in pkgutil.iter_modules(streams.core.__path__):
-        table = getattr(importlib.import_module(f"streams.core.{info.name}"), "SEVERITY", {})
+    for info in pkgutil.walk_packages(streams.core.__path__, "streams.core."):
+        table = getattr(importlib.import_module(info.name), "SEVERITY", {})
         found.update(table)
     return found
 
 
 def raised_severities() -> dict[str, str]:
     """The severities a core module writes into the alerts it raises, having no SEVERITY
-    table: WorkloadQueuedTooLong's (streams/core/workload_step.py), from the alert raised
+    table: WorkloadQueuedTooLong's (streams/core/workload/workload_step.py), from the alert raised
     for the example workload, waiting for quota, stepped to queued_alert_after_s."""
     rules = RuleSettings()
     value = msgspec.convert(example("gpuwatch.k8s.workload/v1"), K8sWorkload)

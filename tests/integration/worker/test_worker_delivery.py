@@ -22,8 +22,8 @@ from worker_fixtures import (
 from gpuwatch import kafka
 from schemas import ATTRIBUTION
 from schemas.settings import Settings
-from streams.core import pod_state
-from streams.core.pod_state import PodState
+from streams.core.pod import pod_state
+from streams.core.pod.pod_state import PodState
 from streams.faust.app import changelog_topic_names
 
 pytestmark = pytest.mark.integration

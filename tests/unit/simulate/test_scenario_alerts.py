@@ -1,5 +1,5 @@
 """The GPU alerts producers/simulate/scenarios/README.md promises for `incident`, from its
-samples through the worker's own alert rules (streams.core.gpu_alerts), with the default
+samples through the worker's own alert rules (streams.core.node.gpu_alerts), with the default
 thresholds."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from producers.simulate.loop import SimClock, Simulation
 from producers.simulate.scenario import load_scenario
 from schemas import NVML_SAMPLES, Alert
 from schemas.settings import RuleSettings
-from streams.core import gpu_alerts
-from streams.core.gpu_alerts import NodeAlertState
+from streams.core.node import gpu_alerts
+from streams.core.node.gpu_alerts import NodeAlertState
 
 EPOCH = 1_764_400_000
 

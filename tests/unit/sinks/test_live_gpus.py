@@ -11,7 +11,7 @@ from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, NvmlSample
 from schemas.settings import RuleSettings
 from sinks.redis.live_gpus import LiveGpus
-from streams.core.gpu_alerts import NodeAlertState, on_sample
+from streams.core.node.gpu_alerts import NodeAlertState, on_sample
 
 T0 = 1_764_412_000_000
 S = 1000

@@ -14,7 +14,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import ALERT_LABELS, exposition
 from sinks.prometheus.metrics import WorkerMetrics
-from streams.core.gpu_alerts import on_sample
+from streams.core.node.gpu_alerts import on_sample
 
 FIRING = "gpuwatch_alert_firing"
 SINCE = "gpuwatch_alert_firing_since_seconds"

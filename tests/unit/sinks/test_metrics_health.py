@@ -13,7 +13,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import MAX_XID_CODES, exposition
 from sinks.prometheus.metrics import WorkerMetrics
-from streams.core.gpu_alerts import NodeAlertState, on_sample
+from streams.core.node.gpu_alerts import NodeAlertState, on_sample
 
 GPU1 = {"node": "n1", "gpu": "GPU-1", "model": "H100"}
 HEALTH_FAMILIES = (
@@ -149,7 +149,7 @@ def test_a_named_clusters_health_series_carry_it_and_go_with_its_node() -> None:
     assert [s["gpu"] for s in series(metrics, "gpuwatch_gpu_ecc_uncorrectable_errors")] == ["GPU-2"]
 
 
-# The stream's health alerts (streams/core/gpu_health.py) into firing series.
+# The stream's health alerts (streams/core/node/gpu_health.py) into firing series.
 
 
 def node_sample(ts: int, readings: list[dict[str, Any]], held: dict[str, Any]) -> NvmlSample:

@@ -1,11 +1,11 @@
 """The capacity rules written the plain way, one node and one pod at a time: the reference
-the grouped `streams.core.capacity.assess` must agree with on any input."""
+the grouped `streams.core.fleet.capacity.assess` must agree with on any input."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from streams.core.capacity import Blocked, Fleet, ModelCapacity, NodeCapacity, QueuedPod
+from streams.core.fleet.capacity import Blocked, Fleet, ModelCapacity, NodeCapacity, QueuedPod
 
 __all__ = ["reference_assess"]
 

@@ -34,10 +34,10 @@ from schemas.examples import example
 from schemas.k8s_workload import K8sWorkload
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
-from streams.core import workload_step
 from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
-from streams.core.gpu_alerts import on_watermark
-from streams.core.pod_step import step_pod_event, step_watermark
+from streams.core.node.gpu_alerts import on_watermark
+from streams.core.pod.pod_step import step_pod_event, step_watermark
+from streams.core.workload import workload_step
 
 EAST = "east"
 POD_1 = "4f1c2a9e-0000-4000-8000-000000000001"

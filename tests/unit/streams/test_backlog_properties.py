@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from pipeline_model import Pipeline, run_backlog, run_live
 
 from schemas.settings import RuleSettings, WindowSettings
-from streams.core import pod_step, ticks
+from streams.core import ticks
+from streams.core.pod import pod_step
 from streams.processors import pod
 
 S = 1000

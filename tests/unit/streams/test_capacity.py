@@ -9,7 +9,7 @@ from capacity_reference import reference_assess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.capacity import IdleGpu, NodeCapacity, QueuedPod, assess
+from streams.core.fleet.capacity import IdleGpu, NodeCapacity, QueuedPod, assess
 
 GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.10gb"

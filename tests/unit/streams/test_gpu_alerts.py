@@ -26,7 +26,7 @@ from test_gpu_alerts_fixtures import (
 from schemas.alert import TOPIC as ALERTS
 from schemas.nvml_sample import GpuProcess, NvmlSample
 from streams.core.alert_identity import fingerprint
-from streams.core.gpu_alerts import NodeAlertState, on_node_removed, on_sample, on_watermark
+from streams.core.node.gpu_alerts import NodeAlertState, on_node_removed, on_sample, on_watermark
 
 
 def idle_p(ts: int, util: float | None = 2.0) -> NvmlSample:

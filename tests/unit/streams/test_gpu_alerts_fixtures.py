@@ -10,7 +10,7 @@ from schemas.fields import Sharing
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, GpuReading, NvmlSample
 from schemas.settings import RuleSettings
-from streams.core.gpu_alerts import NodeAlertState, on_sample
+from streams.core.node.gpu_alerts import NodeAlertState, on_sample
 
 S = 1000
 T0 = 1_764_400_000_000

@@ -26,7 +26,7 @@ from schemas.alert import Alert
 from schemas.fields import Sharing
 from schemas.ids import PodUid
 from schemas.nvml_sample import NvmlSample
-from streams.core.gpu_alerts import NodeAlertState, on_sample, on_watermark
+from streams.core.node.gpu_alerts import NodeAlertState, on_sample, on_watermark
 from streams.core.split import split_gpu
 
 BOUNDED = settings(max_examples=200, deadline=None)

@@ -30,14 +30,14 @@ from schemas.alert import TOPIC as ALERTS
 from schemas.ids import GpuUuid
 from schemas.nvml_sample import GpuReading, NvmlSample, RemappedRows
 from streams.core.alert_identity import fingerprint
-from streams.core.gpu_alerts import (
+from streams.core.node.gpu_alerts import (
     NodeAlertState,
     on_node_removed,
     on_sample,
     on_watermark,
     still_firing,
 )
-from streams.core.gpu_health import xid_meaning
+from streams.core.node.gpu_health import xid_meaning
 
 MIG_2 = GpuUuid("MIG-22222222-0000-4000-8000-000000000000")
 ROWS_OK = RemappedRows(correctable=0, uncorrectable=0, pending=False, failed=False)

@@ -15,8 +15,8 @@ from schemas.examples import GPU_0, POD_UID, example
 from schemas.gpu_window import GpuWindow, PodWindowShare
 from schemas.nvml_sample import NvmlSample
 from schemas.prices import BUILTIN_PRICES
-from streams.core.gpu_windows import GpuWindowAcc, GpuWindows
 from streams.core.integrals import PriceBook, integrate_sample
+from streams.core.node.gpu_windows import GpuWindowAcc, GpuWindows
 
 MIN = 60_000
 LATE = 10_000

@@ -10,7 +10,7 @@ from test_gpu_alerts_fixtures import GPU_A, POD_P, POD_Q, POD_R, T0, alloc, gpu,
 from schemas.fields import Sharing
 from schemas.ids import PodUid
 from schemas.nvml_sample import GpuProcess, GpuReading
-from streams.core.idleness import gpu_idle, idle_by_gpu
+from streams.core.node.idleness import gpu_idle, idle_by_gpu
 from streams.core.split import split_gpu
 
 PODS = (POD_P, POD_Q, POD_R)

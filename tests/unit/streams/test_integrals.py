@@ -16,7 +16,6 @@ from readings import GIB, H100, IDLE_PCT, A, B, C, D, gpu, proc
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuReading, NvmlSample
 from schemas.prices import BUILTIN_PRICES, PriceOverride, PriceTable
-from streams.core.gpu_windows import GpuWindowAcc
 from streams.core.integrals import (
     GpuIntegrals,
     PodIntegrals,
@@ -25,6 +24,7 @@ from streams.core.integrals import (
     integrate_sample,
     scaled,
 )
+from streams.core.node.gpu_windows import GpuWindowAcc
 from streams.core.split import split_gpu
 
 H200 = "NVIDIA H200"  # $5.00 per hour

@@ -6,8 +6,8 @@ import msgspec
 from test_pod_fixtures import RULES, container, moves, pod, usage
 
 from schemas.settings import RuleSettings
-from streams.core import lifecycle
-from streams.core.pod_state import PodState
+from streams.core.pod import lifecycle
+from streams.core.pod.pod_state import PodState
 
 S = 1000  # ms per second: the examples are written in seconds
 

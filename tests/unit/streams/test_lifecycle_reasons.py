@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from test_pod_fixtures import container, pod
 
-from streams.core.lifecycle_reasons import observe
+from streams.core.pod.lifecycle_reasons import observe
 
 SCHEDULED = {"type": "PodScheduled", "status": "True", "reason": None, "message": None}
 

@@ -31,9 +31,9 @@ from schemas.ids import NodeName
 from schemas.prices import BUILTIN_PRICES, PriceOverride, PriceTable
 from schemas.settings import RuleSettings, WindowSettings
 from streams.core.alert_identity import fingerprint
-from streams.core.gpu_alerts import NodeAlertState, on_watermark
 from streams.core.integrals import PriceBook, integrate_sample
-from streams.core.node_doc import node_key
+from streams.core.node.gpu_alerts import NodeAlertState, on_watermark
+from streams.core.node.node_doc import node_key
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Source
 

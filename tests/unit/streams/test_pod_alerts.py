@@ -10,9 +10,9 @@ from test_pod_fixtures import RULES, UID, WINDOWS, container, events, pod, usage
 from schemas.alert import TOPIC as ALERTS
 from schemas.alert import Alert
 from streams.core.alert_identity import fingerprint
-from streams.core.pod_alerts import alert_labels
-from streams.core.pod_state import PodState
-from streams.core.pod_step import step_pod_event, step_usage, step_watermark
+from streams.core.pod.pod_alerts import alert_labels
+from streams.core.pod.pod_state import PodState
+from streams.core.pod.pod_step import step_pod_event, step_usage, step_watermark
 
 S = 1000
 T0 = 1_764_400_000_000  # creation of the test pod in these examples

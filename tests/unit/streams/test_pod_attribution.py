@@ -12,10 +12,10 @@ from schemas.attribution import TOPIC as ATTRIBUTION
 from schemas.attribution import Attribution
 from schemas.ids import GpuUuid
 from schemas.settings import WindowSettings
-from streams.core import pod_attribution
-from streams.core.pod_attribution import add_usage, close_windows, least_precise
-from streams.core.pod_state import PodState
-from streams.core.pod_step import step_pod_event, step_usage, step_watermark
+from streams.core.pod import pod_attribution
+from streams.core.pod.pod_attribution import add_usage, close_windows, least_precise
+from streams.core.pod.pod_state import PodState
+from streams.core.pod.pod_step import step_pod_event, step_usage, step_watermark
 
 S = 1000
 

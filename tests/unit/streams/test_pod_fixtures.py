@@ -19,8 +19,8 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import TOPIC as USAGE
 from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import RuleSettings, WindowSettings
-from streams.core import lifecycle
-from streams.core.pod_state import PodState
+from streams.core.pod import lifecycle
+from streams.core.pod.pod_state import PodState
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pods"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))

@@ -17,9 +17,9 @@ from test_pod_fixtures import GPU_A, GPU_B, RULES, WINDOWS, container, gpu, pod,
 from schemas.k8s_pod import K8sPod
 from schemas.pod_usage import PodUsage
 from schemas.settings import WindowSettings
-from streams.core import lifecycle
-from streams.core.pod_state import PodState, decode, encode
-from streams.core.pod_step import PodOutputs, step_pod_event, step_usage, step_watermark
+from streams.core.pod import lifecycle
+from streams.core.pod.pod_state import PodState, decode, encode
+from streams.core.pod.pod_step import PodOutputs, step_pod_event, step_usage, step_watermark
 
 S = 1000
 BOUNDED = settings(max_examples=150, deadline=None)  # a few seconds per property

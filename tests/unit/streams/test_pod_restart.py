@@ -7,7 +7,7 @@ from test_pod_processor import PODS, PREFIX, USAGE, B, S, claims, decoded, part
 
 from schemas import ATTRIBUTION, K8S_PODS, POD_USAGE
 from schemas.ids import PodUid
-from streams.core import pod_state
+from streams.core.pod import pod_state
 from streams.processors.outputs import Counters, Outputs, Source
 from streams.processors.pod import FINISHED_KEEP_MS, FORGOTTEN, SENT_AGAIN_KEEP_MS, PodPartition
 

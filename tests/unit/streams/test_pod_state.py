@@ -6,8 +6,8 @@ import json
 
 from test_pod_fixtures import RULES, UID, WINDOWS, pod, usage
 
-from streams.core.pod_state import PodState, decode, encode, new_state
-from streams.core.pod_step import step_pod_event, step_usage
+from streams.core.pod.pod_state import PodState, decode, encode, new_state
+from streams.core.pod.pod_step import step_pod_event, step_usage
 
 
 def busy_state() -> PodState:

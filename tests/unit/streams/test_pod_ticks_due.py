@@ -22,8 +22,8 @@ from schemas.codec import TopicSpec
 from schemas.ids import PodUid
 from schemas.k8s_pod import K8sPod
 from schemas.pod_usage import PodUsage
-from streams.core.pod_state import Held, PodState, new_state
-from streams.core.pod_step import (
+from streams.core.pod.pod_state import Held, PodState, new_state
+from streams.core.pod.pod_step import (
     next_due,
     release,
     step_pod_event,

@@ -37,10 +37,11 @@ from schemas.alert import Alert
 from schemas.ids import GpuUuid, NodeName
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings
-from streams.core import gpu_alerts, pod_alerts
-from streams.core.gpu_alerts import NodeAlertState
 from streams.core.integrals import PriceBook
-from streams.core.pod_step import step_pod_event, step_usage, step_watermark
+from streams.core.node import gpu_alerts
+from streams.core.node.gpu_alerts import NodeAlertState
+from streams.core.pod import pod_alerts
+from streams.core.pod.pod_step import step_pod_event, step_usage, step_watermark
 from streams.core.ticks import Tick
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Source

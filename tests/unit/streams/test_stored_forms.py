@@ -13,11 +13,12 @@ import msgspec
 
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.pod_usage import GpuUsage
-from streams.core import node_doc, pod_state
-from streams.core.gpu_windows import GpuWindowAcc, PodWindowAcc
 from streams.core.integrals import PodGpuIntegrals, PodIntegrals
-from streams.core.pod_state import GpuTotals, OpenWindow, PodState
-from streams.core.usage import GpuUsageAcc, PendingUsage, PodTrack
+from streams.core.node import node_doc
+from streams.core.node.gpu_windows import GpuWindowAcc, PodWindowAcc
+from streams.core.node.usage import GpuUsageAcc, PendingUsage, PodTrack
+from streams.core.pod import pod_state
+from streams.core.pod.pod_state import GpuTotals, OpenWindow, PodState
 
 INTEGRALS = (
     "allocated_seconds",

@@ -18,7 +18,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.prices import BUILTIN_PRICES
 from streams.core.integrals import PriceBook, integrate_sample
-from streams.core.usage import GpuUsageAcc, PodTrack, UsageAggregator
+from streams.core.node.usage import GpuUsageAcc, PodTrack, UsageAggregator
 
 MIN = 60_000
 T0 = 1_764_412_320_000  # a window start

@@ -22,7 +22,7 @@ from pipeline_model import Pipeline, run_backlog, run_live
 from test_backlog_properties import BOUNDED, IDLE_AFTER_MS, RULES, WINDOWS, histories
 
 from schemas import ALERTS, K8S_WORKLOADS, WORKLOAD_LIFECYCLE, K8sWorkload
-from streams.core import workload_step
+from streams.core.workload import workload_step
 
 S = 1000
 QUOTA = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"

@@ -9,7 +9,7 @@ import pytest
 
 from schemas import K8sWorkload
 from schemas.examples import example
-from streams.core.workloads import WorkloadStanding, standing
+from streams.core.workload.workloads import WorkloadStanding, standing
 
 T = 1_764_412_800_000
 

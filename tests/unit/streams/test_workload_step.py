@@ -9,8 +9,8 @@ import msgspec
 from schemas import K8sWorkload
 from schemas.examples import example
 from schemas.settings import RuleSettings
-from streams.core import workload_step
-from streams.core.workload_step import Workload, apply, is_replay, next_due, step_to
+from streams.core.workload import workload_step
+from streams.core.workload.workload_step import Workload, apply, is_replay, next_due, step_to
 
 T0 = 1_764_412_800_000
 MIN = 60_000

@@ -21,9 +21,9 @@ from schemas.alert import Alert, AlertName, AlertStatus, AlertSubject, Severity
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RuleSettings
 from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
-from streams.core.lifecycle import IDLE
-from streams.core.lifecycle_reasons import CRASH_LOOP
-from streams.core.pod_state import PodState
+from streams.core.pod.lifecycle import IDLE
+from streams.core.pod.lifecycle_reasons import CRASH_LOOP
+from streams.core.pod.pod_state import PodState
 
 __all__ = ["SEVERITY", "alert_labels", "evaluate", "still_firing"]
 

@@ -29,7 +29,7 @@ from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.k8s_node import K8sNode
 from schemas.nvml_sample import NvmlSample
 from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
-from streams.core.capacity import (
+from streams.core.fleet.capacity import (
     UNKNOWN_MODEL,
     Blocked,
     IdleGpu,

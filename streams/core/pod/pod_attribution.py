@@ -29,8 +29,8 @@ from schemas.fields import AttributionMethod
 from schemas.pod_usage import GpuUsage, PodUsage
 from schemas.settings import WindowSettings
 from streams.core.integrals import PRECISION, least_precise
-from streams.core.lifecycle import state_at
-from streams.core.pod_state import (
+from streams.core.pod.lifecycle import state_at
+from streams.core.pod.pod_state import (
     ClosedWindow,
     GpuTotals,
     OpenWindow,

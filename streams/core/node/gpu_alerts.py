@@ -21,7 +21,7 @@ from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import GpuReading, NvmlSample
 from schemas.settings import RuleSettings
 from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
-from streams.core.gpu_health import (
+from streams.core.node.gpu_health import (
     HEALTH_SEVERITY,
     Fault,
     gpu_labels,
@@ -30,7 +30,7 @@ from streams.core.gpu_health import (
     health_removed,
     health_step,
 )
-from streams.core.idleness import gpu_idle
+from streams.core.node.idleness import gpu_idle
 from streams.core.split import AllocationIndex, SampleView, sample_view
 
 __all__ = [

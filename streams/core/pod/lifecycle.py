@@ -15,8 +15,8 @@ from schemas.k8s_pod import K8sPod
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings
-from streams.core.lifecycle_reasons import CRASH_LOOP, observe
-from streams.core.pod_state import PodState, new_state, stored_cluster
+from streams.core.pod.lifecycle_reasons import CRASH_LOOP, observe
+from streams.core.pod.pod_state import PodState, new_state, stored_cluster
 
 __all__ = ["IDLE", "on_pod_event", "on_usage", "on_watermark", "state_at"]
 

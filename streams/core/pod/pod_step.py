@@ -21,9 +21,9 @@ from schemas.k8s_pod import K8sPod
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
-from streams.core import lifecycle, pod_alerts, pod_attribution
-from streams.core.pod_attribution import UNKNOWN_POD_GRACE_MS
-from streams.core.pod_state import ClosedWindow, Held, PodState
+from streams.core.pod import lifecycle, pod_alerts, pod_attribution
+from streams.core.pod.pod_attribution import UNKNOWN_POD_GRACE_MS
+from streams.core.pod.pod_state import ClosedWindow, Held, PodState
 
 # A finished pod's state is kept this long (event time) after it finished, so a late pod
 # event or usage still finds it finished instead of starting a new, unnamed pod.

@@ -31,7 +31,7 @@ from schemas.k8s_workload import K8sWorkload
 from schemas.settings import RuleSettings
 from schemas.workload_lifecycle import WorkloadLifecycle, WorkloadState
 from streams.core.alert_identity import fingerprint, in_cluster, with_cluster
-from streams.core.workloads import WorkloadStanding, standing
+from streams.core.workload.workloads import WorkloadStanding, standing
 
 __all__ = [
     "ALERT",

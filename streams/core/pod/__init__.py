@@ -1,0 +1,1 @@
+"""The pod side's rules: pod state, lifecycle, attribution windows, pod alerts, one step."""
