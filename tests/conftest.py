@@ -24,7 +24,7 @@ def settings() -> Settings:
 @pytest.fixture(scope="session")
 def stack(settings: Settings) -> Settings:
     """The local stack, started unless it already runs (`gpuwatch stack up` is idempotent)."""
-    from gpuwatch.stack import manager
+    from gpuwatch.harness.stack import manager
 
     def progress(message: str) -> None:
         print(f"stack: {message}", file=sys.stderr)
@@ -37,7 +37,7 @@ def stack(settings: Settings) -> Settings:
 def kube_stack(stack: Settings) -> Settings:
     """The local stack with its Kubernetes API server (etcd, kube-apiserver), started unless
     it runs; the first time the API server is built (minutes)."""
-    from gpuwatch.stack import manager
+    from gpuwatch.harness.stack import manager
 
     def progress(message: str) -> None:
         print(f"stack: {message}", file=sys.stderr)

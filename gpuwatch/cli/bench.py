@@ -92,8 +92,8 @@ def add_parser(verbs: Any) -> None:
 
 
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch.bench import run as bench
-    from gpuwatch.bench import worker as bench_worker
+    from gpuwatch.harness.bench import run as bench
+    from gpuwatch.harness.bench import worker as bench_worker
     from gpuwatch.plotting import unavailable
 
     if (no_plot := unavailable(getattr(args, "plot", None))) is not None:

@@ -84,7 +84,7 @@ def _cluster_names(value: str) -> tuple[str, ...]:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch.run import demo
+    from gpuwatch.harness.run import demo
 
     if args.speed <= 0 or (args.demo_duration is not None and args.demo_duration <= 0):
         raise UserFacingError("demo: --speed and --duration must be positive")

@@ -34,8 +34,8 @@ DESCRIPTION = (
     "of the wall clock: start fast runs in the past with --epoch, as the worker "
     "dead-letters data more than GPUWATCH_MAX_CLOCK_SKEW_S, 300 s, ahead of its clock). "
     "Deterministic for a seed. "
-    "Shipped scenarios (producers/simulate/scenarios/README.md): small, fleet, incident, dra; "
-    "--list shows them. The simulated node agents serve their metrics on "
+    "Shipped scenarios (gpuwatch/harness/simulate/scenarios/README.md): small, fleet, "
+    "incident, dra; --list shows them. The simulated node agents serve their metrics on "
     "GPUWATCH_AGENT_METRICS_PORT (9481, one `node` label per node) and the watcher on "
     "GPUWATCH_WATCHER_METRICS_PORT (9482), as the real ones do; --no-metrics turns "
     "that off. Every message names the simulated cluster (--cluster, GPUWATCH_CLUSTER): two "
@@ -102,7 +102,7 @@ def add_parser(verbs: Any) -> None:
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from gpuwatch.run import simulate
+    from gpuwatch.harness.run import simulate
 
     if args.list_scenarios:
         return _list_scenarios()
@@ -136,7 +136,7 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _list_scenarios() -> int:
-    from gpuwatch.run import simulate
+    from gpuwatch.harness.run import simulate
 
     for name in simulate.scenario_names():
         try:

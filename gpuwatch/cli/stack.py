@@ -61,7 +61,7 @@ def add_parser(verbs: Any) -> None:
 
 def _stack(args: argparse.Namespace, settings: Settings) -> int:
     """Run the action, then print the table of services."""
-    from gpuwatch.stack import manager
+    from gpuwatch.harness.stack import manager
 
     if args.action == "status":
         statuses = manager.status(settings)

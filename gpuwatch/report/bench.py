@@ -23,11 +23,11 @@ from typing import Any, Final
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.aggregate import Aggregator
 from gpuwatch.report.rows import GroupBy, StepName
 from schemas import ATTRIBUTION, GPU_WINDOWS, Attribution, GpuWindow
-from schemas.examples import example
 from schemas.prices import BUILTIN_PRICES
 
 __all__ = ["generate", "main"]

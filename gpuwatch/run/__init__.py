@@ -1,1 +1,1 @@
-"""The wiring of the long-running verbs: node agent, watcher, worker, sinks, simulate, demo."""
+"""The wiring of the long-running verbs: node agent, watcher, worker, sinks."""

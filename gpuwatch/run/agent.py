@@ -57,7 +57,7 @@ def _sources(
     settings: Settings, options: AgentOptions, node: str
 ) -> tuple[GpuReader, PodResolver, AllocationSource]:
     if options.backend == "sim":
-        from producers.simulate.node import simple_node
+        from gpuwatch.harness.simulate.node import simple_node
 
         try:
             reader, pods = simple_node(node, options.sim_gpus, options.sim_model, seed=options.seed)

@@ -12,7 +12,7 @@ loaded at the start (modules, the app) is frozen out of its passes, and its youn
 generation is collected every 20,000 container allocations instead of every 700. A worker
 holds millions of small state objects (40,000 pods, their windows and integrals) and
 replaces many on every sample; with the default thresholds the collector walked them
-every few seconds, a fifth of the processing's CPU (`python -m gpuwatch.bench.core`).
+every few seconds, a fifth of the processing's CPU (`python -m gpuwatch.harness.bench.core`).
 Nothing of ours makes reference cycles in the hot path, so the cycles the collector finds
 (asyncio's and Faust's, a few) are only found later.
 """

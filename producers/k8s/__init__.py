@@ -5,5 +5,5 @@ request), `owners` (ReplicaSet -> Deployment, Job -> CronJob), `normalise` (obje
 values), `resync` (what to publish after an event or a relist). Effects: `watching`
 (the list+watch loop), `watcher` (all watches of the settings), `client` (the
 `kubernetes` client, the only importer of it), `metrics`. The in-process API server that
-speaks list/watch, for tests and the cluster simulator, is `producers.simulate.kube`.
+speaks list/watch, for tests and the cluster simulator, is `gpuwatch.harness.simulate.kube`.
 """

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.empty_node import empty_node_agent
 
+from gpuwatch.harness.examples import example
 from gpuwatch.run.progress import StallCollector
 from gpuwatch.run.sink import KAFKA, FeedCollector, SinkCollector, redis_writer
 from producers.agent.metrics import AgentCollector
@@ -25,7 +26,6 @@ from producers.k8s.watcher import K8sWatcher
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
-from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle

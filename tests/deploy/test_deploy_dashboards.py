@@ -16,7 +16,7 @@ from deploy_promql import legend_problems, problems, promtool_check, uses
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import exposition

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
 from test_deploy_dashboards import with_health
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from sinks.prometheus.metrics import serve
 
 pytestmark = pytest.mark.integration

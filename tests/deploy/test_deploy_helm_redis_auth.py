@@ -22,7 +22,7 @@ from deploy_chart import CHART, Object, redis_server, render, template
 from support import run_command
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import kube
+from gpuwatch.harness.stack import kube
 from schemas.settings import Settings
 from sinks.redis.client import RedisError, connect
 

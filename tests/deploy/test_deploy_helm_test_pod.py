@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from support import free_port, run_command
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RedisSettings
 from sinks.prometheus.collector import serve

@@ -21,9 +21,9 @@ from deploy_exposition import gpuwatch_exposition
 from support.commands import run_command
 
 import streams.core
+from gpuwatch.harness.examples import example
 from schemas import K8sWorkload
 from schemas.alert import AlertName
-from schemas.examples import example
 from schemas.settings import RuleSettings, WorkerSettings
 from streams.core.node import gpu_health
 from streams.core.workload import workload_step

@@ -81,7 +81,7 @@ def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
         for uid in client.zrange(f"gpuwatch:state:{state}", 0, -1):
             fields = client.hgetall(f"gpuwatch:pod:{uid}")
             pods[f"{fields['namespace']}/{fields['pod']}"] = (state, fields.get("reason", ""))
-    # The small scenario (producers/simulate/scenarios/small.yaml) over its first ~550
+    # The small scenario (gpuwatch/harness/simulate/scenarios/small.yaml) over its first ~550
     # simulated seconds: the notebook idles (stalled after the demo's 120 s), bert is
     # OOMKilled at 275 s, eval-sweep waits for two GPUs on one node until 605 s,
     # vision-train and the others run.
@@ -239,7 +239,7 @@ def test_two_simulated_clusters_are_told_apart_and_filtered_in_top(
 def test_the_incident_shows_its_gpu_faults_with_the_pods_they_hit(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
-    """The incident scenario (producers/simulate/scenarios/README.md): an Xid 79 on a GPU of
+    """The incident scenario (gpuwatch/harness/simulate/scenarios/README.md): an Xid 79 on a GPU of
     train-a at 150 s (firing until 451 s), a thermal slowdown of chat-serving's GPU from
     200 s (GpuThrottled 260 s to 380 s) and a 4-GPU job blocked by fragmentation from
     185 s; the demo stops about 350 s in. At 5 times speed: GpuThrottled fires 90
@@ -326,7 +326,7 @@ def _kueue_queued(env: dict[str, str], deadline_s: float) -> list[dict[str, obje
 def test_a_kueue_queued_job_on_dra_gpus_as_worked_out_by_hand(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
-    """The dra scenario (producers/simulate/scenarios/dra.yaml), 40 minutes at 60 times
+    """The dra scenario (gpuwatch/harness/simulate/scenarios/dra.yaml), 40 minutes at 60 times
     speed. Kueue's queue research has 4 GPUs: prep-dra's 4 pods take them at 0 s and
     complete at 1,200 s; train-dra waits as a Workload without pods, for quota, until
     then, is admitted, and its 4 pods complete at 1,805 s. The GPUs of dra-0 and dra-1

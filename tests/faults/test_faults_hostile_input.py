@@ -61,8 +61,8 @@ from worker_fixtures import (
 )
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import example
 from schemas import ATTRIBUTION, DEADLETTER, POD_LIFECYCLE
-from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

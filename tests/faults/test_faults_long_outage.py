@@ -38,10 +38,10 @@ from test_agent_broker_outage import (
 from test_agent_sim_kafka import metric, scrape
 from topic_io import consume_all
 
+from gpuwatch.harness.stack import processes
+from gpuwatch.harness.stack.service import StackPaths
 from gpuwatch.kafka import create_topics
 from gpuwatch.run.agent import STOP_SAMPLES_S
-from gpuwatch.stack import processes
-from gpuwatch.stack.service import StackPaths
 from schemas import NVML_SAMPLES
 from schemas.settings import Settings
 

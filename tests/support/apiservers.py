@@ -1,7 +1,7 @@
 """The real Kubernetes API server of the local stack (`gpuwatch stack up --kube`), driven
 as the in-process test API server is: create, update, delete, compact, count watches.
 
-The writing is the product's (`producers.simulate.kube.live.LiveApiServer`: statuses
+The writing is the product's (`gpuwatch.harness.simulate.kube.live.LiveApiServer`: statuses
 through the status subresource, pods bound through the binding subresource, deletes with
 a grace period of 0); what only tests do is added here.
 
@@ -34,11 +34,11 @@ from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.stack import kube, manager
+from gpuwatch.harness.simulate.kube.apiserver import RESOURCES
+from gpuwatch.harness.simulate.kube.live import LiveApiServer as ApiServerWriter
+from gpuwatch.harness.stack import kube, manager
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
-from producers.simulate.kube.apiserver import RESOURCES
-from producers.simulate.kube.live import LiveApiServer as ApiServerWriter
 from schemas.settings import Settings
 
 Obj = dict[str, Any]

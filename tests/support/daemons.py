@@ -1,4 +1,5 @@
-"""A local-stack service made of callables, for the manager's tests (`gpuwatch.stack.Daemon`)."""
+"""A local-stack service made of callables, for the manager's tests
+(`gpuwatch.harness.stack.Daemon`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwatch.stack.service import HOST, Progress, ServiceName
+from gpuwatch.harness.stack.service import HOST, Progress, ServiceName
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import msgspec
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
-from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle

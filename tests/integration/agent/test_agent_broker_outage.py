@@ -22,13 +22,13 @@ from support import free_ports, threads_left, wait_until
 from topic_io import consume_all
 
 from gpuwatch.config import load_settings
+from gpuwatch.harness.simulate.node import simple_node
+from gpuwatch.harness.stack import manager, processes
+from gpuwatch.harness.stack.service import StackPaths
 from gpuwatch.kafka import create_topics
-from gpuwatch.stack import manager, processes
-from gpuwatch.stack.service import StackPaths
 from producers.agent.loop import NodeAgent
 from producers.base.kafka import KafkaSender
 from producers.base.publisher import Publisher
-from producers.simulate.node import simple_node
 from schemas import NVML_SAMPLES
 from schemas.settings import Settings
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuwatch.bench import scratch
-from gpuwatch.bench.fleet import build_fleet, produce
-from gpuwatch.bench.probes import Offsets, faust_floor, floor_groups
+from gpuwatch.harness.bench import scratch
+from gpuwatch.harness.bench.fleet import build_fleet, produce
+from gpuwatch.harness.bench.probes import Offsets, faust_floor, floor_groups
 from gpuwatch.kafka import TopicPartition, consumer
 from gpuwatch.kafka import admin as kafka_admin
 from schemas.settings import Settings

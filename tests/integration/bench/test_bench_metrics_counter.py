@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from support import free_port
 
-from gpuwatch.bench.procs import metrics_counter
+from gpuwatch.harness.bench.procs import metrics_counter
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import pytest
 from support import free_port, wait_until
 from support.metric_records import T0, S, worker
 
-from gpuwatch.bench.alerts import AlertsQuery, PrivatePrometheus
+from gpuwatch.harness.bench.alerts import AlertsQuery, PrivatePrometheus
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
-from schemas.examples import example
 from sinks.prometheus.metrics import serve
 
 DEADLINE_S = 60.0  # Prometheus starts, loads its rules and scrapes within seconds

@@ -22,7 +22,7 @@ from support import free_port, waiter
 from support.apiservers import LiveApiServer, live
 from topic_io import consume_all, scoped_topics
 
-from producers.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS
 from schemas.export import JSON_DIR
 from schemas.settings import Settings

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from support import wait_until
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from gpuwatch.run.agent import WorkUnitsFeed
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.nvml_sample import PodWork
 from schemas.settings import Settings
 from schemas.topics import WORK_UNITS

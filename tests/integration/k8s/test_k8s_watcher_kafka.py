@@ -15,9 +15,9 @@ import watcher_command
 from jsonschema import Draft202012Validator
 from support import reaped
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from gpuwatch.run.watcher import WatcherService
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS, K8sNode, K8sPod
 from schemas.settings import Settings
 

@@ -19,8 +19,8 @@ from support import reaped
 from support.apiservers import LiveApiServer
 from support.kube import RBAC
 
-from gpuwatch.stack import kube as stack_kube
-from producers.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.stack import kube as stack_kube
 from schemas import K8S_PODS
 from schemas.settings import Settings
 

@@ -20,9 +20,9 @@ from worker_fixtures import (
     wait_for,
 )
 
+from gpuwatch.harness.simulate.kube import kueue as k
+from gpuwatch.harness.simulate.kube import manifests as m
 from gpuwatch.run.watcher import WatcherService
-from producers.simulate.kube import kueue as k
-from producers.simulate.kube import manifests as m
 from schemas import (
     K8S_PODS,
     K8S_WORKLOADS,

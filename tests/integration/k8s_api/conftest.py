@@ -17,9 +17,9 @@ import pytest
 from support import waiter
 from support.apiservers import LiveApiServer, UncachedApiServer, live
 
-from gpuwatch.stack import kube as stack_kube
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.stack import kube as stack_kube
 from producers.k8s.client import KubernetesApi
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import Settings
 
 Wait = Callable[..., None]

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from support.kube import controlled
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.base.kubeapi import ApiError, Collection, Disconnected, Expired
 from producers.k8s.client import KubernetesApi
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 
 T0 = 1_741_079_551.0
 PODS = Collection("pods")

@@ -9,11 +9,11 @@ import threading
 import time
 from typing import Any
 
+from gpuwatch.harness.simulate.kube import manifests as m
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
 from schemas import K8sPod
 from schemas.settings import WatcherSettings
 

@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support import wait_until
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
 from producers.k8s.objects import NODE_DECODER, POD_DECODER
@@ -30,8 +32,6 @@ from producers.k8s.resync import content
 from producers.k8s.selection import GpuResources
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8sNode, K8sPod
 from schemas.settings import WatcherSettings
 

@@ -19,13 +19,13 @@ from support import dra
 from support.apiservers import LiveApiServer
 from support.kube import RBAC
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.agent.slices import RESOURCE_SLICES_PATH
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8sNode
 from schemas.settings import WatcherSettings
 

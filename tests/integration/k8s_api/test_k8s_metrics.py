@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.base.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_PODS, K8sPod
 from schemas.settings import WatcherSettings
 

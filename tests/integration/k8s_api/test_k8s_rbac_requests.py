@@ -7,10 +7,10 @@ from typing import Any
 
 from support.kube import granted
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas.settings import WatcherSettings
 
 

@@ -17,10 +17,10 @@ import yaml
 from support.apiservers import LiveApiServer
 from support.kube import RBAC, controlled
 
+from gpuwatch.harness.simulate.kube import manifests as m
 from producers.base.kubeapi import ApiError, Collection, Expired
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
 from schemas import K8sPod
 from schemas.settings import WatcherSettings
 

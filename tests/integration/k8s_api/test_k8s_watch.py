@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from support.kube import controlled
 
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8sNode, K8sPod
 from schemas.settings import WatcherSettings
 

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from support.apiservers import LiveApiServer
 
+from gpuwatch.harness.simulate.kube import kueue as k
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.objects import parse_time
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff
-from producers.simulate.kube import kueue as k
-from producers.simulate.kube.apiserver import FakeApiServer
 from schemas import K8sWorkload, Owner
 from schemas.settings import WatcherSettings
 

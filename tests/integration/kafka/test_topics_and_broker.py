@@ -12,10 +12,10 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from topic_io import delete_prefixed
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import example
 from gpuwatch.kafka import create_topics, describe_topics
 from gpuwatch.run.worker import ensure_tick_topic
 from schemas import ALL_TOPICS, NVML_SAMPLES, POD_KEYED, NvmlSample
-from schemas.examples import example
 from schemas.settings import Settings
 from streams.faust.app import changelog_topic_names
 from streams.faust.tick_timer import fleet_topic_name, tick_topic_name

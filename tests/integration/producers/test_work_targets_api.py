@@ -13,10 +13,10 @@ from urllib.parse import urlencode
 
 import pytest
 
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer, parse_field_selector
+from gpuwatch.harness.simulate.kube.manifests import bound, gpu_pod, running
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
-from producers.simulate.kube.apiserver import FakeApiServer, parse_field_selector
-from producers.simulate.kube.manifests import bound, gpu_pod, running
 from producers.work.scraper import WorkScraper
 from producers.work.targets import (
     ANNOTATION,

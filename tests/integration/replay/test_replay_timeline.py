@@ -16,6 +16,7 @@ from topic_io import topic_scopes
 from worker_fixtures import aligned_t0, produce
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from gpuwatch.kafka import TopicPartition
 from schemas import (
     ALERTS,
@@ -28,7 +29,6 @@ from schemas import (
     PodLifecycle,
     TopicSpec,
 )
-from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -34,8 +34,8 @@ from support import run_command
 from topic_io import topic_scopes
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import example
 from schemas import ATTRIBUTION, GPU_WINDOWS, Attribution, GpuWindow, TopicSpec
-from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support import wait_until
 
-from gpuwatch.stack.prometheus import moved
+from gpuwatch.harness.stack.prometheus import moved
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

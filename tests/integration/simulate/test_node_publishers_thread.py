@@ -6,7 +6,7 @@ from __future__ import annotations
 from support import wait_until
 from support.publishing import SharedSender
 
-from producers.simulate.publishing import NodePublishers
+from gpuwatch.harness.simulate.publishing import NodePublishers
 
 
 def test_each_node_counts_its_own_messages_and_the_client_closes_once() -> None:

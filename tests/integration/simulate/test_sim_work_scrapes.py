@@ -3,11 +3,11 @@ within their ticks, every 15 s of event time, onto the samples and `work.units`.
 
 from __future__ import annotations
 
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.loop import SimClock, Simulation
-from producers.simulate.nodes import WorkSetup
-from producers.simulate.scenario import parse_scenario
-from producers.simulate.work import WorkCounters, WorkServer
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.loop import SimClock, Simulation
+from gpuwatch.harness.simulate.nodes import WorkSetup
+from gpuwatch.harness.simulate.scenario import parse_scenario
+from gpuwatch.harness.simulate.work import WorkCounters, WorkServer
 from schemas.settings import AgentSettings
 from schemas.topics import NVML_SAMPLES
 from schemas.work_units import WorkUnits

@@ -18,8 +18,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from topic_io import consume_all
 
-from producers.simulate.runner import run_simulation
-from producers.simulate.scenario import load_scenario
+from gpuwatch.harness.simulate.runner import run_simulation
+from gpuwatch.harness.simulate.scenario import load_scenario
 from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, WORK_UNITS, K8sPod, NvmlSample, TopicSpec
 from schemas.settings import Settings
 from schemas.work_units import WorkUnits

@@ -14,12 +14,12 @@ import pytest
 from support import wait_until
 from support.publishing import AckingSender
 
-from gpuwatch.stack import kube
+from gpuwatch.harness.simulate.kube import manifests as m
+from gpuwatch.harness.simulate.kube.live import MANAGED_BY, SIMULATOR_LABELS, LiveApiServer
+from gpuwatch.harness.simulate.runner import run_simulation, start_simulation
+from gpuwatch.harness.simulate.scenario import load_scenario
+from gpuwatch.harness.stack import kube
 from producers.base.publisher import MessageSender
-from producers.simulate.kube import manifests as m
-from producers.simulate.kube.live import MANAGED_BY, SIMULATOR_LABELS, LiveApiServer
-from producers.simulate.runner import run_simulation, start_simulation
-from producers.simulate.scenario import load_scenario
 from schemas import K8S_PODS, NVML_SAMPLES, K8sPod, NvmlSample
 from schemas.settings import Settings
 

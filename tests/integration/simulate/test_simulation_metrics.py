@@ -17,10 +17,10 @@ from support import free_port, wait_until
 
 from gpuwatch.cli import main
 from gpuwatch.config import load_settings
+from gpuwatch.harness.simulate.metrics import MetricsPortError
+from gpuwatch.harness.simulate.runner import SimulationService, run_simulation, start_simulation
+from gpuwatch.harness.simulate.scenario import load_scenario
 from producers.base.publisher import Done, MessageSender
-from producers.simulate.metrics import MetricsPortError
-from producers.simulate.runner import SimulationService, run_simulation, start_simulation
-from producers.simulate.scenario import load_scenario
 from schemas.settings import Settings
 
 EPOCH = 1_764_400_000

@@ -9,9 +9,9 @@ import pytest
 from support import wait_until
 
 from gpuwatch.config import load_settings
+from gpuwatch.harness.simulate.runner import run_simulation, start_simulation
+from gpuwatch.harness.simulate.scenario import load_scenario
 from producers.base.publisher import Done, MessageSender
-from producers.simulate.runner import run_simulation, start_simulation
-from producers.simulate.scenario import load_scenario
 from schemas import K8S_NODES, K8S_PODS, NVML_SAMPLES, K8sNode, K8sPod, NvmlSample
 from schemas.settings import Settings
 

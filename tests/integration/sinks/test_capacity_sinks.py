@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from support import wait_until
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import example
 from gpuwatch.run.sink import KAFKA, redis_writer
 from schemas.capacity import Capacity
-from schemas.examples import example
 from schemas.settings import Settings
 from schemas.topics import CAPACITY
 from sinks.prometheus.feed import MetricsFeed

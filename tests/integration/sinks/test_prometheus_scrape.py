@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support import wait_until
 
+from gpuwatch.harness.examples import example
 from schemas.attribution import Attribution
-from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle

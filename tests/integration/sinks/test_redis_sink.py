@@ -14,10 +14,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.harness.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
-from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
 from schemas.k8s_workload import K8sWorkload
 from schemas.pod_lifecycle import PodLifecycle

@@ -17,9 +17,9 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from gpuwatch.harness.examples import POD_UID, POD_UID_2, example
 from schemas.alert import Alert
 from schemas.attribution import Attribution
-from schemas.examples import POD_UID, POD_UID_2, example
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings
 from sinks.redis.plan import SinkRecord

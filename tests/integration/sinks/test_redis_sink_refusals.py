@@ -18,8 +18,8 @@ from test_capacity_sinks import running
 from test_redis_sink_private import PREFIX, PrivateRedis, batches, dump
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import POD_UID
 from gpuwatch.run.sink import redis_writer
-from schemas.examples import POD_UID
 from schemas.settings import RedisSettings, Settings
 from schemas.topics import ALERTS, ATTRIBUTION, POD_LIFECYCLE
 from sinks.redis.plan import SinkRecord

@@ -7,8 +7,8 @@ from pathlib import Path
 from support.apiservers import stack_up
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import kube, manager
-from gpuwatch.stack.service import StackPaths
+from gpuwatch.harness.stack import kube, manager
+from gpuwatch.harness.stack.service import StackPaths
 from schemas.settings import Settings
 
 

@@ -19,9 +19,9 @@ import yaml
 from support import free_ports, holds_within
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import manager, processes, prometheus
-from gpuwatch.stack.kafka import KAFKA_IMPORT_WARNING
-from gpuwatch.stack.service import ServiceStatus, StackError
+from gpuwatch.harness.stack import manager, processes, prometheus
+from gpuwatch.harness.stack.kafka import KAFKA_IMPORT_WARNING
+from gpuwatch.harness.stack.service import ServiceStatus, StackError
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ from support import free_port
 from support.daemons import FakeDaemon
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import manager
-from gpuwatch.stack.ports import describe_port_holder, port_holder, port_in_use
-from gpuwatch.stack.service import StackError, StackPaths
+from gpuwatch.harness.stack import manager
+from gpuwatch.harness.stack.ports import describe_port_holder, port_holder, port_in_use
+from gpuwatch.harness.stack.service import StackError, StackPaths
 from schemas.settings import Settings
 
 

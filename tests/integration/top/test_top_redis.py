@@ -22,12 +22,12 @@ import msgspec
 import pytest
 
 from gpuwatch import cli
+from gpuwatch.harness.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, POD_UID_3, example
 from gpuwatch.top import live as top
 from gpuwatch.top.view import Query
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
-from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, POD_UID_3, example
 from schemas.k8s_workload import K8sWorkload
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import RedisSettings, Settings

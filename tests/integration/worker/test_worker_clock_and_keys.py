@@ -26,8 +26,9 @@ from worker_fixtures import (
 )
 
 from gpuwatch import kafka
+from gpuwatch.harness.examples import example
+from gpuwatch.harness.simulate.node import SimPod
 from producers.agent.loop import NodeAgent
-from producers.simulate.node import SimPod
 from schemas import (
     ALERTS,
     ATTRIBUTION,
@@ -38,7 +39,6 @@ from schemas import (
     NVML_SAMPLES,
     POD_LIFECYCLE,
 )
-from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

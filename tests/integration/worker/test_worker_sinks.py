@@ -28,8 +28,8 @@ from worker_fixtures import (
     wait_for,
 )
 
+from gpuwatch.harness.examples import example
 from schemas import ALERTS, ATTRIBUTION, K8S_PODS, NVML_SAMPLES, POD_LIFECYCLE, NvmlSample
-from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

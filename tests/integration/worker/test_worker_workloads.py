@@ -16,8 +16,8 @@ from worker_fixtures import (
     wait_for,
 )
 
+from gpuwatch.harness.examples import example
 from schemas import ALERTS, K8S_WORKLOADS, WORKLOAD_LIFECYCLE
-from schemas.examples import example
 from schemas.settings import Settings
 
 pytestmark = pytest.mark.integration

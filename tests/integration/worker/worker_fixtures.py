@@ -22,9 +22,9 @@ from support import WaitTimeoutError, wait_until
 from topic_io import consume_all
 
 from gpuwatch import kafka
+from gpuwatch.harness.simulate.gpus import SimReader, WorkloadKind
+from gpuwatch.harness.simulate.node import SimPod, SimPods, simple_node
 from producers.agent.loop import NodeAgent
-from producers.simulate.gpus import SimReader, WorkloadKind
-from producers.simulate.node import SimPod, SimPods, simple_node
 from schemas import (
     ALERTS,
     ATTRIBUTION,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.bench.report import WorkerResult
+from gpuwatch.harness.bench.report import WorkerResult
 
 
 def worker_result(**changes: object) -> WorkerResult:

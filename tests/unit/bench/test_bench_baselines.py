@@ -9,7 +9,8 @@ import sys
 import pytest
 from bench_results import worker_result
 
-from gpuwatch.bench.probes import (
+from gpuwatch.config import load_settings
+from gpuwatch.harness.bench.probes import (
     Baseline,
     BaselineError,
     DecodeRun,
@@ -18,10 +19,9 @@ from gpuwatch.bench.probes import (
     floor_process,
     floor_settings,
 )
-from gpuwatch.bench.procs import worker_env
-from gpuwatch.bench.report import format_worker, worker_json
-from gpuwatch.bench.worker import with_baselines
-from gpuwatch.config import load_settings
+from gpuwatch.harness.bench.procs import worker_env
+from gpuwatch.harness.bench.report import format_worker, worker_json
+from gpuwatch.harness.bench.worker import with_baselines
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

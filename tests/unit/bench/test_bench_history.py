@@ -11,8 +11,8 @@ import pytest
 from bench_results import worker_result
 
 from gpuwatch import cli
-from gpuwatch.bench import history
-from gpuwatch.bench.history import (
+from gpuwatch.harness.bench import history
+from gpuwatch.harness.bench.history import (
     Histories,
     HistorySetup,
     Liveness,
@@ -20,9 +20,9 @@ from gpuwatch.bench.history import (
     history_fields,
     history_run,
 )
-from gpuwatch.bench.procs import LIVENESS_PERIOD_S, MB, WorkerProcess
-from gpuwatch.bench.report import format_worker, worker_json
-from gpuwatch.bench.worker import config_from_args, parse_hours, worker_config
+from gpuwatch.harness.bench.procs import LIVENESS_PERIOD_S, MB, WorkerProcess
+from gpuwatch.harness.bench.report import format_worker, worker_json
+from gpuwatch.harness.bench.worker import config_from_args, parse_hours, worker_config
 
 
 def _config(*argv: str) -> Any:

@@ -10,7 +10,7 @@ import yaml
 from bench_results import worker_result
 
 from gpuwatch import cli
-from gpuwatch.bench.alert_figures import (
+from gpuwatch.harness.bench.alert_figures import (
     DcgmSetup,
     Fired,
     alert_fields,
@@ -19,12 +19,12 @@ from gpuwatch.bench.alert_figures import (
     format_alerts,
     stage_latency,
 )
-from gpuwatch.bench.alerts import prometheus_config
-from gpuwatch.bench.backlog import Drain
-from gpuwatch.bench.report import WorkerResult, format_worker, worker_json
-from gpuwatch.bench.run import missing_binaries
-from gpuwatch.bench.scale import TwoWorkers, two_worker_figures
-from gpuwatch.bench.worker import config_from_args
+from gpuwatch.harness.bench.alerts import prometheus_config
+from gpuwatch.harness.bench.backlog import Drain
+from gpuwatch.harness.bench.report import WorkerResult, format_worker, worker_json
+from gpuwatch.harness.bench.run import missing_binaries
+from gpuwatch.harness.bench.scale import TwoWorkers, two_worker_figures
+from gpuwatch.harness.bench.worker import config_from_args
 
 # -- DCGM + Prometheus, computed --------------------------------------------------------------
 

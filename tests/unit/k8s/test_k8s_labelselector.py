@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.simulate.kube.labelselector import parse_selector
+from gpuwatch.harness.simulate.kube.labelselector import parse_selector
 
 LABELS = {"team": "vision", "tier": "batch", "gpu": ""}
 

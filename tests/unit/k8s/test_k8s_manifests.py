@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.harness.simulate.kube import manifests as m
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
 from producers.k8s.objects import NODE_DECODER, POD_DECODER
 from producers.k8s.selection import GpuResources
-from producers.simulate.kube import manifests as m
 from schemas import ContainerStatus
 
 Fixture = Callable[[str], dict[str, Any]]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from gpuwatch.harness.examples import example
 from producers.k8s.recall import Recall, RecallFailed, newest_live
 from schemas import K8sPod
-from schemas.examples import example
 
 BASE = msgspec.convert(example("gpuwatch.k8s.pod/v1"), K8sPod)
 

@@ -10,14 +10,14 @@ import json
 import msgspec
 import pytest
 
+from gpuwatch.harness.examples import example
+from gpuwatch.harness.simulate.kube import kueue as k
 from producers.base.kubeapi import Collection, WatchLines
 from producers.k8s.recall import Recall
 from producers.k8s.resync import Published, relist
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.workloads import KUEUE_GROUP
-from producers.simulate.kube import kueue as k
 from schemas import K8sWorkload
-from schemas.examples import example
 from schemas.settings import WatcherSettings
 
 NOW_MS = 1_764_412_345_000

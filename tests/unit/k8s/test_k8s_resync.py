@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from gpuwatch.harness.examples import example
 from producers.k8s.normalise import Stamps
 from producers.k8s.resync import Observed, Published, content, event_ts, on_change, relist
 from schemas import K8sNode, K8sPod
-from schemas.examples import example
 from schemas.ids import NodeName
 
 NOW = 1_741_100_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.harness.simulate.gpus import HOT_C, SimGpu, SimReader, SimWorkload
 from producers.base.ports import DeviceReading
-from producers.simulate.gpus import HOT_C, SimGpu, SimReader, SimWorkload
 from schemas.nvml_sample import RemappedRows
 
 GIB = 1 << 30

@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
+from gpuwatch.harness.simulate.gpus import GPU_MODELS
+from gpuwatch.harness.simulate.node import DEFAULT_MIX, SimPods, sim_gpu_uuid, simple_node
 from producers.agent.assemble import assemble_sample
 from producers.base.ports import ReadResult
-from producers.simulate.gpus import GPU_MODELS
-from producers.simulate.node import DEFAULT_MIX, SimPods, sim_gpu_uuid, simple_node
 
 T0 = 1_764_374_400.0  # 2025-11-29 00:00 UTC
 

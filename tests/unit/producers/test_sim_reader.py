@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 
-from producers.base.ports import ReadResult
-from producers.simulate.gpus import (
+from gpuwatch.harness.simulate.gpus import (
     CONTEXT_OVERHEAD_BYTES,
     SimGpu,
     SimReader,
     SimWorkload,
     WorkloadKind,
 )
+from producers.base.ports import ReadResult
 
 MIB = 1 << 20
 GIB = 1 << 30

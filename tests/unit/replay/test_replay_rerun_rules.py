@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from replay_records import MIN, SPAN, T0, TRAIN, S, attribution, gpu_window
 
+from gpuwatch.harness.examples import GPU_0, example
 from gpuwatch.replay.read import Hit
 from gpuwatch.replay.rerun import (
     RerunError,
@@ -22,7 +23,6 @@ from gpuwatch.replay.rerun import (
 from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.view import render_rerun, rerun_json
 from schemas import K8S_NODES, K8S_PODS, Attribution
-from schemas.examples import GPU_0, example
 
 
 @pytest.mark.parametrize("target", ["gpuwatch.", "gpu", "g", "", "bad/name.", "two words."])

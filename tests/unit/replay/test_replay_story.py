@@ -20,10 +20,10 @@ from replay_records import (
     sample,
 )
 
+from gpuwatch.harness.examples import GPU_0, GPU_1
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.story import Collected, SampleDigest, Scope, StateBand, Subject, TimeRange
 from schemas import Alert, AlertSubject, Attribution, GpuWindow, K8sNode, PodLifecycle, PodUid
-from schemas.examples import GPU_0, GPU_1
 
 
 def test_a_subject_is_exactly_one_of_pod_gpu_node() -> None:
@@ -255,8 +255,8 @@ def test_a_pods_story_starts_with_its_jobs_kueue_workload() -> None:
     """The workload of the pod's Job (linked by the pod's controller uid): created, waiting
     for quota, admitted; a RESYNC or a status write that moves nothing is left out; another
     job's workload is not the pod's."""
+    from gpuwatch.harness.examples import example
     from schemas import K8sWorkload
-    from schemas.examples import example
 
     job = "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908"
 

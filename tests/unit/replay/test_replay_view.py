@@ -11,11 +11,11 @@ import pytest
 from replay_records import NODE, SPAN, T0, TRAIN, S, incident, sample
 from test_replay_story import revised_windows
 
+from gpuwatch.harness.examples import GPU_0, GPU_1
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.read import Progress
 from gpuwatch.replay.story import SampleDigest, Story, Subject
 from gpuwatch.replay.view import plot, render_text, to_json
-from schemas.examples import GPU_0, GPU_1
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

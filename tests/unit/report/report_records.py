@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from gpuwatch.replay.story import TimeRange
 from schemas import Attribution, GpuWindow, K8sNode
-from schemas.examples import example
 from schemas.prices import BUILTIN_PRICES, PriceOverride
 
 S = 1000

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from gpuwatch.harness.examples import EXAMPLES, GPU_0, POD_UID, example
 from schemas import (
     ALL_TOPICS,
     K8S_PODS,
@@ -19,7 +20,6 @@ from schemas import (
     UnknownSchemaVersion,
     WrongSchema,
 )
-from schemas.examples import EXAMPLES, GPU_0, POD_UID, example
 from schemas.export import JSON_DIR
 
 # docs/DESIGN.md §3.1 and §3.2, verbatim; only the elided uuids ("...") differ.

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from gpuwatch.harness.examples import EXAMPLES
 from schemas import ALL_TOPICS, SchemaError, TopicSpec, WrongSchema
-from schemas.examples import EXAMPLES
 from schemas.export import JSON_DIR
 
 SPECS: dict[str, TopicSpec[Any]] = {spec.schema_name: spec for spec in ALL_TOPICS}

@@ -6,8 +6,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from gpuwatch.harness.examples import EXAMPLES
 from schemas import ALL_TOPICS, SchemaError, TopicSpec
-from schemas.examples import EXAMPLES
 from schemas.fields import DEFAULT_CLUSTER
 
 CLUSTERED = [spec for spec in ALL_TOPICS if "cluster" in spec.value_type.__struct_fields__]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from gpuwatch.harness.examples import example
 from schemas import DEADLETTER, K8S_PODS, NVML_SAMPLES, DeadLetter, MalformedJSON, SchemaError
 from schemas.deadletter import ERROR_CHARS, KEY_CHARS
-from schemas.examples import example
 
 DEEP = 5_000  # past any reader's recursion limit (msgspec recurses once per level)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from producers.simulate.cluster import (
+from gpuwatch.harness.simulate.cluster import (
     Change,
     Cluster,
     ContainerCrashed,
@@ -21,9 +21,9 @@ from producers.simulate.cluster import (
     WorkloadFinished,
     WorkloadPending,
 )
-from producers.simulate.gpus import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
-from producers.simulate.scenario import load_scenario, parse_scenario, with_overrides
-from producers.simulate.topology import layout
+from gpuwatch.harness.simulate.gpus import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
+from gpuwatch.harness.simulate.scenario import load_scenario, parse_scenario, with_overrides
+from gpuwatch.harness.simulate.topology import layout
 
 H100_BYTES = GPU_MODELS["h100"].mem_total_bytes
 
@@ -347,8 +347,8 @@ def test_a_shared_claim_gives_its_pods_the_same_gpu_and_frees_it_with_the_last()
 
 
 def test_dra_nodes_advertise_no_extended_resource_and_publish_a_slice() -> None:
+    from gpuwatch.harness.simulate.topology import resource_slice
     from producers.base.dra import table_from_slices
-    from producers.simulate.topology import resource_slice
 
     nodes = layout(parse_scenario(DRA))
     assert nodes[0].capacity == {}
@@ -423,8 +423,8 @@ def test_kueue_holds_queued_jobs_without_pods_until_their_quota_is_free() -> Non
 
 
 def test_a_dra_mig_pool_publishes_its_instances_and_claims_map_to_them() -> None:
+    from gpuwatch.harness.simulate.topology import resource_slice
     from producers.base.dra import table_from_slices
-    from producers.simulate.topology import resource_slice
 
     (node,) = layout(
         parse_scenario(

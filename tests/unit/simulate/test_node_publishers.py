@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from support.publishing import SharedSender
 
+from gpuwatch.harness.simulate.publishing import NodePublishers
 from producers.base.publisher import Abandoned, Done, Publisher
-from producers.simulate.publishing import NodePublishers
 
 
 def test_a_full_buffer_drops_that_nodes_oldest_only() -> None:

@@ -1,12 +1,12 @@
-"""The GPU alerts producers/simulate/scenarios/README.md promises for `incident`, from its
+"""The GPU alerts gpuwatch/harness/simulate/scenarios/README.md promises for `incident`, from its
 samples through the worker's own alert rules (streams.core.node.gpu_alerts), with the default
 thresholds."""
 
 from __future__ import annotations
 
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.loop import SimClock, Simulation
-from producers.simulate.scenario import load_scenario
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.loop import SimClock, Simulation
+from gpuwatch.harness.simulate.scenario import load_scenario
 from schemas import NVML_SAMPLES, Alert
 from schemas.settings import RuleSettings
 from streams.core.node import gpu_alerts

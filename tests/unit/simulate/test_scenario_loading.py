@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.simulate.scenario import (
+from gpuwatch.harness.simulate.scenario import (
     SCENARIOS_DIR,
     ScenarioError,
     load_scenario,

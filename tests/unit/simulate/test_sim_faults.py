@@ -7,10 +7,10 @@ sample whose ts is t, read at t + 1 s); one that ends at t no longer shows in th
 
 from __future__ import annotations
 
-from producers.simulate.gpus import HOT_C
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.loop import GpuEvent, SimClock, Simulation, faults_due
-from producers.simulate.scenario import Fault, load_scenario, parse_scenario
+from gpuwatch.harness.simulate.gpus import HOT_C
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.loop import GpuEvent, SimClock, Simulation, faults_due
+from gpuwatch.harness.simulate.scenario import Fault, load_scenario, parse_scenario
 from schemas import NVML_SAMPLES
 from schemas.nvml_sample import GpuReading, NvmlSample, RemappedRows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from producers.simulate.gpus import DEV_BUSY_SHARE, SimGpu, SimReader, SimWorkload
+from gpuwatch.harness.simulate.gpus import DEV_BUSY_SHARE, SimGpu, SimReader, SimWorkload
 
 GIB = 1 << 30
 T0 = 1_764_374_400.0

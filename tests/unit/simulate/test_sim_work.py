@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from producers.simulate.work import WorkCounters, metric_of, work_annotations
+from gpuwatch.harness.simulate.work import WorkCounters, metric_of, work_annotations
 from producers.work.targets import parse_target
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.cli.main import _overrides, build_parser, main
-from gpuwatch.run.simulate import format_summary, load, parse_epoch
-from producers.simulate.runner import SimulationSummary
+from gpuwatch.harness.run.simulate import format_summary, load, parse_epoch
+from gpuwatch.harness.simulate.runner import SimulationSummary
 
 
 def test_the_flags_reach_the_options() -> None:

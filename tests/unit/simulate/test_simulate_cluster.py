@@ -11,12 +11,12 @@ import pytest
 
 from gpuwatch.cli.main import main
 from gpuwatch.config import load_settings
-from gpuwatch.run.simulate import SimulateOptions
+from gpuwatch.harness.run.simulate import SimulateOptions
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.runner import SimulationService
+from gpuwatch.harness.simulate.scenario import load_scenario
 from producers.base.kubeapi import Collection, WatchLines
 from producers.base.publisher import Done, MessageSender
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.runner import SimulationService
-from producers.simulate.scenario import load_scenario
 from schemas import K8S_NODES, K8S_PODS, K8S_WORKLOADS, NVML_SAMPLES, WORK_UNITS
 from schemas.settings import Settings
 
@@ -149,7 +149,7 @@ def test_two_simulations_publish_the_same_nodes_under_two_clusters() -> None:
 def test_the_flag_reaches_the_simulation_over_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import gpuwatch.run.simulate
+    import gpuwatch.harness.run.simulate
 
     seen: list[Settings] = []
     kube: list[bool] = []
@@ -159,7 +159,7 @@ def test_the_flag_reaches_the_simulation_over_the_environment(
         kube.append(options.kube)
         return 0
 
-    monkeypatch.setattr(gpuwatch.run.simulate, "run", run)
+    monkeypatch.setattr(gpuwatch.harness.run.simulate, "run", run)
     monkeypatch.setenv("GPUWATCH_CLUSTER", "from-env")
 
     assert main(["simulate", "--no-topic-check"]) == 0

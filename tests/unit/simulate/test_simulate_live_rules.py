@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from producers.simulate.kube.apiserver import FakeApiServer
-from producers.simulate.kube.live import not_before
-from producers.simulate.loop import SimClock, Simulation
-from producers.simulate.runner import caught_up
-from producers.simulate.scenario import load_scenario
+from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
+from gpuwatch.harness.simulate.kube.live import not_before
+from gpuwatch.harness.simulate.loop import SimClock, Simulation
+from gpuwatch.harness.simulate.runner import caught_up
+from gpuwatch.harness.simulate.scenario import load_scenario
 from schemas import NVML_SAMPLES
 
 EPOCH = 1_764_400_000

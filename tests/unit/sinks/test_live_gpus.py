@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import Allocation, GpuProcess, NvmlSample
 from schemas.settings import RuleSettings

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 from support.metric_records import T0, S, gpu, series, value, worker
 
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
-from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import ALERT_LABELS, exposition

@@ -19,8 +19,8 @@ from support.metric_records import (
     worker,
 )
 
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
-from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from sinks.prometheus.collector import FAMILIES
 from sinks.prometheus.metrics import WorkerMetrics

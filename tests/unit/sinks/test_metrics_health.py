@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 from support.metric_records import T0, Clock, S, gpu, sample, series, value, worker
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings
 from sinks.prometheus.collector import MAX_XID_CODES, exposition

@@ -6,9 +6,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
 from schemas.attribution import Attribution
-from schemas.examples import example
 from schemas.gpu_window import GpuWindow
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuwatch.harness.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.alert import Alert
 from schemas.attribution import Attribution
 from schemas.capacity import Capacity
-from schemas.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
 from schemas.gpu_window import GpuWindow
 from schemas.ids import GpuUuid, PodUid
 from schemas.nvml_sample import NvmlSample

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 from kafka.errors import CommitFailedError, KafkaConnectionError, RebalanceInProgressError
 
+from gpuwatch.harness.examples import example
 from gpuwatch.run import sink as sink_run
 from schemas.capacity import Capacity
-from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings

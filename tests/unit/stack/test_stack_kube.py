@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.stack import kube, manager
-from gpuwatch.stack.service import StackError
+from gpuwatch.harness.stack import kube, manager
+from gpuwatch.harness.stack.service import StackError
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.stack.ports import parse_listening_inodes
+from gpuwatch.harness.stack.ports import parse_listening_inodes
 
 
 def test_parse_listening_inodes_keeps_listeners_of_the_port() -> None:

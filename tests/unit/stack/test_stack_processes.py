@@ -13,8 +13,8 @@ import pytest
 from support import holds_within, wait_until
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import kafka, processes
-from gpuwatch.stack.service import StackError, StackPaths
+from gpuwatch.harness.stack import kafka, processes
+from gpuwatch.harness.stack.service import StackError, StackPaths
 
 
 def _wait_until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:

@@ -9,8 +9,8 @@ import pytest
 from support.daemons import FakeDaemon
 
 from gpuwatch.config import load_settings
-from gpuwatch.stack import kafka, manager, processes
-from gpuwatch.stack.service import StackError, StackPaths
+from gpuwatch.harness.stack import kafka, manager, processes
+from gpuwatch.harness.stack.service import StackError, StackPaths
 
 
 def _daemon(tmp_path: Path, answers: bool) -> FakeDaemon:

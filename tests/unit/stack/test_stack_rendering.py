@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwatch.stack import kafka, prometheus, redis
-from gpuwatch.stack.service import ServiceStatus, StackPaths, format_table
+from gpuwatch.harness.stack import kafka, prometheus, redis
+from gpuwatch.harness.stack.service import ServiceStatus, StackPaths, format_table
 from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]

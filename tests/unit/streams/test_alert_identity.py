@@ -29,8 +29,8 @@ from test_gpu_alerts_fixtures import (
 )
 from test_pod_fixtures import WINDOWS, pod
 
+from gpuwatch.harness.examples import example
 from schemas.alert import Alert
-from schemas.examples import example
 from schemas.k8s_workload import K8sWorkload
 from schemas.nvml_sample import NvmlSample
 from schemas.settings import RuleSettings

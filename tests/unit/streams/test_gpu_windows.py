@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.harness.examples import GPU_0, POD_UID, example
 from schemas.codec import Codec
-from schemas.examples import GPU_0, POD_UID, example
 from schemas.gpu_window import GpuWindow, PodWindowShare
 from schemas.nvml_sample import NvmlSample
 from schemas.prices import BUILTIN_PRICES

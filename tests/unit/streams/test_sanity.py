@@ -21,7 +21,7 @@ from test_gpu_alerts_fixtures import (
     sample,
 )
 
-from schemas.examples import example
+from gpuwatch.harness.examples import example
 from schemas.k8s_pod import TOPIC as PODS
 from schemas.k8s_pod import K8sPod
 from schemas.nvml_sample import TOPIC as SAMPLES

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from readings import GIB, IDLE_PCT, A, B, C, D, gpu, proc
 
+from gpuwatch.harness.examples import GPU_0, POD_UID, example
 from schemas.codec import Codec
-from schemas.examples import GPU_0, POD_UID, example
 from schemas.ids import GpuUuid, NodeName, PodUid
 from schemas.nvml_sample import Allocation, GpuReading, NvmlSample
 from streams.core.split import GpuSplit, index_allocations, physical_and_instances, split_gpu

@@ -7,8 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from gpuwatch.harness.examples import example
 from schemas import K8sWorkload
-from schemas.examples import example
 from streams.core.workload.workloads import WorkloadStanding, standing
 
 T = 1_764_412_800_000

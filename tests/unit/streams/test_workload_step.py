@@ -6,8 +6,8 @@ from typing import Any
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from schemas import K8sWorkload
-from schemas.examples import example
 from schemas.settings import RuleSettings
 from streams.core.workload import workload_step
 from streams.core.workload.workload_step import Workload, apply, is_replay, next_due, step_to

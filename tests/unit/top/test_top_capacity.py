@@ -10,6 +10,7 @@ from dataclasses import replace
 import msgspec
 from rich.console import Console
 
+from gpuwatch.harness.examples import example
 from gpuwatch.tables import plain_lines
 from gpuwatch.top.as_json import (
     render_json,
@@ -29,7 +30,6 @@ from gpuwatch.top.view import (
     clusters,
 )
 from schemas.capacity import Capacity
-from schemas.examples import example
 from sinks.redis.plan import plan
 
 NOW = 1_764_412_800_000

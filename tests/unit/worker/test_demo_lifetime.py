@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from support.commands import reaped
 
-from gpuwatch.run import demo
-from gpuwatch.run.demo import DemoOptions, Viewer, quiet, stop_signals_interrupt
+from gpuwatch.harness.run import demo
+from gpuwatch.harness.run.demo import DemoOptions, Viewer, quiet, stop_signals_interrupt
 from gpuwatch.run.lifetime import PARENT_ENV
 from schemas.settings import Settings
 

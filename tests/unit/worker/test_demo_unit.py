@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpuwatch.cli import build_parser
-from gpuwatch.run import demo
-from gpuwatch.run.demo import DemoOptions, clock_skew_s, demo_env, epoch_for, where_to_look
+from gpuwatch.harness.run import demo
+from gpuwatch.harness.run.demo import DemoOptions, clock_skew_s, demo_env, epoch_for, where_to_look
 from schemas.settings import Settings
 
 NOW = 1_800_000_000.0

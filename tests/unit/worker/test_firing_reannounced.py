@@ -12,9 +12,9 @@ import dataclasses
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from gpuwatch.run.worker_sinks import WorkerSinks
 from schemas import ALERTS, NVML_SAMPLES, NvmlSample
-from schemas.examples import example
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import Settings
 from streams.core.integrals import PriceBook

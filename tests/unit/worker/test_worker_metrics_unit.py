@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import msgspec
 
+from gpuwatch.harness.examples import example
 from gpuwatch.run.worker_sinks import WorkerSinks, pipeline_counts
 from schemas.alert import Alert
-from schemas.examples import example
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_lifecycle import PodLifecycle
 from schemas.settings import Settings

@@ -1,6 +1,0 @@
-"""The local stack: Kafka (KRaft), Redis and Prometheus as plain processes, no Docker."""
-
-from gpuwatch.stack.manager import down, status, up
-from gpuwatch.stack.service import ServiceStatus, StackError, format_table
-
-__all__ = ["ServiceStatus", "StackError", "down", "format_table", "status", "up"]
