@@ -14,7 +14,7 @@ from gpuwatch.cli.options import add_flag, add_float, add_verb
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from gpuwatch.replay.story import TimeRange
+    from gpuwatch.timerange import TimeRange
 
 DESCRIPTION = (
     "Timeline: read the topics over --from..--to (event time, UTC) and print "
@@ -105,8 +105,7 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _time_range(args: argparse.Namespace) -> TimeRange:
-    from gpuwatch.replay.story import TimeRange
-    from gpuwatch.replay.timefmt import format_time, parse_time
+    from gpuwatch.timerange import TimeRange, format_time, parse_time
 
     now_ms = int(time.time() * 1000)
     try:

@@ -99,7 +99,7 @@ def add_parser(verbs: Any) -> None:
 
 def _time(text: str) -> str:
     """A time as replay takes it, checked when parsed (read again against one `now`)."""
-    from gpuwatch.replay.timefmt import parse_time
+    from gpuwatch.timerange import parse_time
 
     try:
         parse_time(text, 0)
@@ -122,11 +122,10 @@ def _report(args: argparse.Namespace, settings: Settings) -> int:
     from gpuwatch.plotting import unavailable
     from gpuwatch.replay.read import Progress
     from gpuwatch.replay.show import default_margin_s
-    from gpuwatch.replay.story import TimeRange
-    from gpuwatch.replay.timefmt import format_time, parse_time
     from gpuwatch.report.aggregate import Aggregator
     from gpuwatch.report.read import ReportError, read_period
     from gpuwatch.report.render import to_csv, to_json, to_table
+    from gpuwatch.timerange import TimeRange, format_time, parse_time
 
     now_ms = int(time.time() * 1000)
     span = TimeRange(parse_time(args.time_from, now_ms), parse_time(args.time_to, now_ms))

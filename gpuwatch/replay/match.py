@@ -20,8 +20,8 @@ from gpuwatch.replay.story import (
     Scope,
     StateBand,
     Subject,
-    TimeRange,
 )
+from gpuwatch.timerange import TimeRange
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
 from streams.core.workload.workloads import WorkloadStanding, standing
 

@@ -31,7 +31,7 @@ import msgspec
 
 from gpuwatch.kafka import KafkaError, TopicPartition, consumer
 from gpuwatch.replay.progress import Progress
-from gpuwatch.replay.story import TimeRange
+from gpuwatch.timerange import TimeRange
 from schemas.settings import KafkaSettings
 
 __all__ = ["SKEW_MS", "Hit", "PartitionPlan", "Plan", "Progress", "RangeReader", "ReadError"]

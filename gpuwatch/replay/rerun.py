@@ -31,7 +31,6 @@ from gpuwatch import kafka
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.match import replaces
 from gpuwatch.replay.read import Hit, Progress, RangeReader, ReadError
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.worker import (
     DERIVED,
     INPUTS,
@@ -45,6 +44,7 @@ from gpuwatch.replay.worker import (
     wait_caught_up,
     wait_sink_caught_up,
 )
+from gpuwatch.timerange import TimeRange
 from schemas import (
     ATTRIBUTION,
     GPU_WINDOWS,

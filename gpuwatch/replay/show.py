@@ -15,8 +15,8 @@ from typing import Any
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.match import assemble, resolve, state_bands
 from gpuwatch.replay.read import Hit, Plan, Progress, RangeReader, ReadError
-from gpuwatch.replay.story import Collected, SampleDigest, Scope, Story, Subject, TimeRange
-from gpuwatch.replay.timefmt import format_duration, format_time
+from gpuwatch.replay.story import Collected, SampleDigest, Scope, Story, Subject
+from gpuwatch.timerange import TimeRange, format_duration, format_time
 from schemas import (
     ALERTS,
     ATTRIBUTION,

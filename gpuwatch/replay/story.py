@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from gpuwatch.timerange import TimeRange
 from schemas import (
     Alert,
     Attribution,
@@ -35,7 +36,6 @@ __all__ = [
     "StateBand",
     "Story",
     "Subject",
-    "TimeRange",
 ]
 
 SubjectKind = Literal["pod", "gpu", "node"]
@@ -100,22 +100,6 @@ class Subject:
     def __str__(self) -> str:
         where = "" if self.cluster is None else f" of cluster {self.cluster}"
         return f"{self.kind} {self.value}{where}"
-
-
-@dataclass(frozen=True)
-class TimeRange:
-    """`[start_ms, end_ms]` in event time."""
-
-    start_ms: int
-    end_ms: int
-
-    def holds(self, ts: int) -> bool:
-        """An instant in the range (both ends included)."""
-        return self.start_ms <= ts <= self.end_ms
-
-    def overlaps(self, start: int, end: int) -> bool:
-        """A window `[start, end)` shares time with the range."""
-        return end > self.start_ms and start < self.end_ms
 
 
 @dataclass

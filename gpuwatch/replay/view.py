@@ -17,8 +17,8 @@ import msgspec
 
 from gpuwatch.plotting import pyplot
 from gpuwatch.replay.story import Event, GpuSamples, Story
-from gpuwatch.replay.timefmt import format_duration, format_time
 from gpuwatch.tables import table_lines
+from gpuwatch.timerange import format_duration, format_time
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sWorkload, PodLifecycle
 from streams.core.workload.workloads import standing
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Final
 
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.pricing import FleetPrices
 from gpuwatch.report.revisions import Copy, PartitionWindows, dedup_horizon_ms
 from gpuwatch.report.rows import (
@@ -62,6 +61,7 @@ from gpuwatch.report.sums import (
     take_back_gpu,
     take_back_pod,
 )
+from gpuwatch.timerange import TimeRange
 from schemas.attribution import Attribution, GpuAttribution
 from schemas.fields import DEFAULT_CLUSTER
 from schemas.gpu_window import GpuWindow

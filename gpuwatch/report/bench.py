@@ -24,9 +24,9 @@ from typing import Any, Final
 import msgspec
 
 from gpuwatch.harness.examples import example
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.aggregate import Aggregator
 from gpuwatch.report.rows import GroupBy, StepName
+from gpuwatch.timerange import TimeRange
 from schemas import ATTRIBUTION, GPU_WINDOWS, Attribution, GpuWindow
 from schemas.prices import BUILTIN_PRICES
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from gpuwatch.plotting import pyplot
-from gpuwatch.replay.timefmt import format_time
 from gpuwatch.report.render import waste_trend
 from gpuwatch.report.rows import OTHER, UNALLOCATED, Report
+from gpuwatch.timerange import format_time
 
 __all__ = ["PLOT_GROUPS", "plot", "title"]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Plan, Progress, RangeReader, ReadError
-from gpuwatch.replay.timefmt import format_duration, format_time
 from gpuwatch.report.aggregate import Aggregator
 from gpuwatch.report.revisions import dedup_horizon_ms
+from gpuwatch.timerange import format_duration, format_time
 from schemas import ATTRIBUTION, GPU_WINDOWS, K8S_NODES, SchemaError, TopicSpec
 from schemas.settings import Settings
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from gpuwatch.replay.timefmt import format_time
 from gpuwatch.report.rows import Report, Row
 from gpuwatch.tables import table_lines
+from gpuwatch.timerange import format_time
 
 __all__ = [
     "CHECK_FIELDS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-from gpuwatch.replay.story import TimeRange
+from gpuwatch.timerange import TimeRange
 
 __all__ = [
     "GROUP_BYS",

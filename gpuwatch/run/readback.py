@@ -28,7 +28,7 @@ import msgspec
 
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.read import Progress, RangeReader, ReadError
-from gpuwatch.replay.story import TimeRange
+from gpuwatch.timerange import TimeRange
 from producers.k8s.recall import Recall, RecallFailed
 from schemas.codec import TopicSpec
 from schemas.k8s_node import K8sNode

@@ -12,7 +12,7 @@ from topic_io import topic_scopes
 
 from gpuwatch import kafka
 from gpuwatch.replay.read import Progress, RangeReader
-from gpuwatch.replay.story import TimeRange
+from gpuwatch.timerange import TimeRange
 from schemas import ATTRIBUTION
 from schemas.settings import Settings
 

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 
 from gpuwatch.harness.examples import GPU_0, GPU_1, POD_UID, POD_UID_2, example
-from gpuwatch.replay.story import Collected, TimeRange
+from gpuwatch.replay.story import Collected
+from gpuwatch.timerange import TimeRange
 from schemas import Alert, Attribution, GpuWindow, K8sNode, K8sPod, NvmlSample, PodLifecycle
 
 T0 = 1_764_412_800_000  # 2025-11-29 10:40:00 UTC

@@ -20,8 +20,8 @@ from gpuwatch.replay.rerun import (
     totals,
     widened,
 )
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.replay.view import render_rerun, rerun_json
+from gpuwatch.timerange import TimeRange
 from schemas import K8S_NODES, K8S_PODS, Attribution
 
 

@@ -22,7 +22,8 @@ from replay_records import (
 
 from gpuwatch.harness.examples import GPU_0, GPU_1
 from gpuwatch.replay.match import assemble, resolve, state_bands
-from gpuwatch.replay.story import Collected, SampleDigest, Scope, StateBand, Subject, TimeRange
+from gpuwatch.replay.story import Collected, SampleDigest, Scope, StateBand, Subject
+from gpuwatch.timerange import TimeRange
 from schemas import Alert, AlertSubject, Attribution, GpuWindow, K8sNode, PodLifecycle, PodUid
 
 

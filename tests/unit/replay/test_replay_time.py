@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.replay.timefmt import format_duration, format_time, parse_time
+from gpuwatch.timerange import format_duration, format_time, parse_time
 
 NOW = 1_764_412_800_000  # 2025-11-29 10:40:00 UTC
 

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from gpuwatch.harness.examples import example
-from gpuwatch.replay.story import TimeRange
+from gpuwatch.timerange import TimeRange
 from schemas import Attribution, GpuWindow, K8sNode
 from schemas.prices import BUILTIN_PRICES, PriceOverride
 

@@ -26,7 +26,6 @@ from report_records import (
     k8s_node,
 )
 
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.aggregate import Aggregator, step_start
 from gpuwatch.report.rows import (
     GROUP_BYS,
@@ -38,6 +37,7 @@ from gpuwatch.report.rows import (
     Row,
     StepName,
 )
+from gpuwatch.timerange import TimeRange
 
 STEP_CHOICES: tuple[StepName | None, ...] = (None, "1h", "1d", "7d")
 DAY_PERIOD = TimeRange(T0, T0 + DAY)

@@ -10,9 +10,9 @@ from report_records import DAY, T0, attribution, gpu_window
 
 from gpuwatch.cli import build_parser, main
 from gpuwatch.replay.read import Hit, PartitionPlan, Plan
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report import read
 from gpuwatch.report.aggregate import Aggregator
+from gpuwatch.timerange import TimeRange
 from schemas import ATTRIBUTION, GPU_WINDOWS
 from schemas.settings import Settings
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from report_records import A100, DAY, HOUR, MIN, T0, attribution, gpu, gpu_window
 
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report.aggregate import Aggregator
 from gpuwatch.report.plot import plot, title
 from gpuwatch.report.render import (
@@ -23,6 +22,7 @@ from gpuwatch.report.render import (
     unit_cost_text,
 )
 from gpuwatch.report.rows import Report, StepName
+from gpuwatch.timerange import TimeRange
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -27,7 +27,6 @@ from report_records import (
 from test_report_cli import _Reader
 
 from gpuwatch.replay.read import Hit, Plan
-from gpuwatch.replay.story import TimeRange
 from gpuwatch.report import read
 from gpuwatch.report.aggregate import DEDUP_HORIZON_MS, Aggregator
 from gpuwatch.report.revisions import (
@@ -37,6 +36,7 @@ from gpuwatch.report.revisions import (
     dedup_horizon_ms,
 )
 from gpuwatch.report.rows import GROUP_BYS, GroupBy, Report, StepName
+from gpuwatch.timerange import TimeRange
 from schemas import Attribution, GpuWindow
 from schemas.settings import Settings, WindowSettings
 

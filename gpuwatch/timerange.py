@@ -1,4 +1,5 @@
-"""Times of `gpuwatch replay`: parsing `--from`/`--to` and printing instants and durations.
+"""Time ranges of `gpuwatch replay` and `report`: `--from`/`--to` parsed, instants and
+durations printed, the range itself (`TimeRange`).
 
 A time is `now`, a relative time before now (`-2h`, `-1h30m`, `-90s`), epoch seconds or
 milliseconds, or ISO 8601 with a time zone. Everything is epoch milliseconds (UTC) inside.
@@ -7,9 +8,10 @@ milliseconds, or ISO 8601 with a time zone. Everything is epoch milliseconds (UT
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["MS_THRESHOLD", "format_duration", "format_time", "parse_time"]
+__all__ = ["MS_THRESHOLD", "TimeRange", "format_duration", "format_time", "parse_time"]
 
 # Epoch values at or above this are milliseconds: 1e11 ms is March 1973, 1e11 s the
 # year 5138, so no real epoch in seconds reaches it and no real one in ms falls under it.
@@ -70,3 +72,19 @@ def format_duration(ms: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """`[start_ms, end_ms]` in event time."""
+
+    start_ms: int
+    end_ms: int
+
+    def holds(self, ts: int) -> bool:
+        """An instant in the range (both ends included)."""
+        return self.start_ms <= ts <= self.end_ms
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """A window `[start, end)` shares time with the range."""
+        return end > self.start_ms and start < self.end_ms
