@@ -14,10 +14,9 @@ from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.segment import Segment, Segments
-from rich.table import Table
 from rich.text import Text
 
-from gpuwatch.tables import WIDE, plain, table
+from gpuwatch.tables import WIDE, Grid, grid, plain
 from gpuwatch.top.capacity import blocked_text, capacity_line
 from gpuwatch.top.cells import (
     NONE,
@@ -62,13 +61,13 @@ def _line(text: str) -> Text:
 
 def _table(
     headers: list[str], rows: list[list[str]], right: set[int], by_cluster: bool, of: Sequence[Any]
-) -> Table:
+) -> Grid:
     """The table, with a CLUSTER column first when the snapshot holds more than one."""
     if by_cluster:
         headers = ["CLUSTER", *headers]
         rows = [[row.cluster, *cells] for row, cells in zip(of, rows, strict=True)]
         right = {i + 1 for i in right}
-    return table(headers, rows, right)
+    return grid(headers, rows, right)
 
 
 def _reason_cell(
@@ -89,7 +88,7 @@ def _pods_table(
     by_cluster: bool = False,
     faults: Mapping[str, list[str]] = {},
     blocked: Mapping[str, AlertRow] = {},
-) -> Table:
+) -> Grid:
     headers = ["POD", "TEAM", "STATE", "REASON", "FOR", "SHARE", "VRAM", "COST $", "WASTE $"]
     rows = [
         [
@@ -114,7 +113,7 @@ def _pods_table(
     return _table(headers, rows, {4, 5, 6, 7, 8}, by_cluster, view.pods)
 
 
-def _gpus_table(view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool) -> Table:
+def _gpus_table(view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool) -> Grid:
     headers = ["GPU", "NODE", "MODEL", "UTIL", "VRAM USED/TOTAL", "IDLE FOR", "SEEN", "OWNERS"]
     rows = [
         [
@@ -132,7 +131,7 @@ def _gpus_table(view: View, names: Mapping[str, str], now_ms: int, by_cluster: b
     return _table(headers, rows, {3, 4, 5, 6}, by_cluster, view.gpus)
 
 
-def _alerts_table(view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool) -> Table:
+def _alerts_table(view: View, names: Mapping[str, str], now_ms: int, by_cluster: bool) -> Grid:
     headers = ["ALERT", "SEVERITY", "SUBJECT", "FOR", "SUMMARY"]
     rows = [
         [a.name, a.severity, subject(a, names), fmt_age(now_ms - a.since), a.summary]
@@ -172,7 +171,7 @@ def _kueue_section(
     return section, len(waiting) - len(rows)
 
 
-def _section(title: str, rows: Table, shown: int, matched: int) -> list[RenderableType]:
+def _section(title: str, rows: Grid, shown: int, matched: int) -> list[RenderableType]:
     none = [_line("(none)")] if not shown else []
     more = [_line(f"({matched - shown} more; raise --limit)")] if matched > shown else []
     return [_line(f"{title} ({matched})"), rows, *none, *more]
