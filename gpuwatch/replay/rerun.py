@@ -31,7 +31,7 @@ from gpuwatch import kafka
 from gpuwatch.kafka import KafkaError
 from gpuwatch.replay.match import replaces
 from gpuwatch.replay.read import Hit, Progress, RangeReader, ReadError
-from gpuwatch.replay.worker import (
+from gpuwatch.replay.rerun_processes import (
     DERIVED,
     INPUTS,
     WorkerRunError,

@@ -7,6 +7,6 @@ time and delivery (`windows`, `ticks`, `alignment`, `progress`), the split of a 
 interval and its integrals (the node side computes them, the pod side carries them in
 `pod.usage`), alert identity, and the checks of decoded input (`sanity`). A top-level
 module imports no side; a side imports no other side but the node side, which builds the
-fleet partition's inputs (`fleet.partition`). The import contracts in pyproject.toml hold
+fleet partition's inputs (`fleet.fleet_state`). The import contracts in pyproject.toml hold
 this, and keep the core free of faust, Kafka and Redis clients, event loops and threads.
 """

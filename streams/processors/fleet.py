@@ -7,9 +7,9 @@ partition hosts this one (`PodPartition`), so its state lives in the pod table u
 `@fleet|` keys and its positions with the partition's.
 
 Inputs wait in memory, by the step of event time they belong to, until the lowest mark of
-every node and pod partition has passed the step's end (`streams.core.fleet.partition`). A partition
-marks a watermark once it has applied a tick of it, and a tick is applied once the
-partition has read every input that was in Kafka when it was sent: a pod partition has
+every node and pod partition has passed the step's end (`streams.core.fleet.fleet_state`).
+A partition marks a watermark once it has applied a tick of it, and a tick is applied once
+the partition has read every input that was in Kafka when it was sent: a pod partition has
 sent the requests of the pods that watermark released, a node partition what its node
 events and samples up to then said (a sample's use no earlier than its usage frontier,
 which is never behind the watermark), before the mark, into the same topic partition. So
@@ -28,7 +28,7 @@ import msgspec
 
 from schemas.capacity import Capacity
 from schemas.topics import ALERTS, CAPACITY
-from streams.core.fleet.partition import (
+from streams.core.fleet.fleet_state import (
     FLEET_PARTITION,
     STEP_MS,
     BlockedRun,

@@ -38,7 +38,7 @@ from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings
 from schemas.topics import ALERTS, GPU_WINDOWS, K8S_NODES, NVML_SAMPLES, POD_USAGE
-from streams.core.fleet.partition import (
+from streams.core.fleet.fleet_state import (
     FLEET_PARTITION,
     FleetAlert,
     FleetMark,
@@ -117,7 +117,7 @@ class NodeConfig:
     that late is sent on, GPU windows are emitted again; 0: late data is left out."""
     fleet_topic: str | None = None
     """The internal fleet topic: each node's capacity view goes there when it changes
-    (`streams.core.fleet.partition`); None: no fleet capacity."""
+    (`streams.core.fleet.fleet_state`); None: no fleet capacity."""
 
     def frontier(self, stream_time: int) -> int:
         """The partition's usage frontier at `stream_time` (`ticks.usage_frontier`)."""

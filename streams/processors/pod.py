@@ -41,7 +41,7 @@ from schemas.pod_lifecycle import PodLifecycle
 from schemas.pod_usage import PodUsage
 from schemas.settings import RuleSettings, WindowSettings
 from schemas.topics import ALERTS, ATTRIBUTION, K8S_PODS, POD_LIFECYCLE, POD_USAGE
-from streams.core.fleet.partition import FleetMark, FleetOwner, encode_input
+from streams.core.fleet.fleet_state import FleetMark, FleetOwner, encode_input
 from streams.core.node.usage import FLUSH_MS
 from streams.core.pod import pod_state
 from streams.core.pod.pod_alerts import still_firing

@@ -24,7 +24,7 @@ import msgspec
 from schemas.fields import DEFAULT_CLUSTER, keep_default_cluster
 from schemas.ids import NodeName
 from schemas.k8s_node import K8sNode
-from streams.core.fleet.partition import FleetNode, FleetUse
+from streams.core.fleet.fleet_state import FleetNode, FleetUse
 from streams.core.node.gpu_alerts import NodeAlertState
 from streams.core.node.gpu_windows import GpuWindowAcc, GpuWindows, KeptWindow
 from streams.core.node.usage import PodTrack, UsageAggregator

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pipeline_model import FLEET, NODES, PODS, SAMPLES, TICKS, USAGE, Pipeline
 from test_backlog_properties import IDLE_AFTER_MS, RULES, T0, WINDOWS, differences, histories, run
 
-from streams.core.fleet import partition as fleet
+from streams.core.fleet import fleet_state as fleet
 
 S = 1000
 KW: dict[str, Any] = {"rules": RULES, "windows": WINDOWS, "idle_after_ms": IDLE_AFTER_MS}

@@ -7,7 +7,7 @@ import msgspec
 from support.metric_records import gpu, sample
 
 from schemas.nvml_sample import NvmlSample
-from streams.core.fleet.partition import node_after_sample
+from streams.core.fleet.fleet_state import node_after_sample
 
 T0 = 1_767_225_600_000
 DRA = "gpu.nvidia.com/gpu"

@@ -1,6 +1,6 @@
 """How fast `gpuwatch report` adds up a month: generated records of a GPU fleet, timed.
 
-`python -m gpuwatch.report.bench` (BENCHMARKS.md, "Report"). A 1,000-GPU month is 43.2
+`python -m gpuwatch.report.speed` (BENCHMARKS.md, "Report"). A 1,000-GPU month is 43.2
 million pod windows (one pod per GPU) and as many GPU windows, too many to hold in memory
 here, so a sample of the month's windows is generated (every GPU in each sampled window,
 spread over the 30 days, encoded as the worker writes them) and timed per record: decoding
@@ -191,7 +191,7 @@ def measure_kafka(gpus: int, windows: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the rates as one JSON object."""
-    parser = argparse.ArgumentParser(prog="python -m gpuwatch.report.bench")
+    parser = argparse.ArgumentParser(prog="python -m gpuwatch.report.speed")
     parser.add_argument("--gpus", type=int, default=1000, help="fleet size (1000)")
     parser.add_argument("--windows", type=int, default=100, help="windows of the month (100)")
     parser.add_argument("--kafka", action="store_true", help="also time the read from Kafka")
