@@ -1,4 +1,4 @@
-"""`gpuwatch demo` as a user runs it: the small scenario, a minute at ten times speed, into Redis.
+"""`gpuwatch demo` as a user runs it: the small scenario, ten minutes at twenty times speed.
 
 Everything is real: the stack of the session, the node agents and the watcher driven by the
 simulator (lz4-compressed batches, as deployed), the worker with its Redis writer and its
@@ -65,11 +65,11 @@ def demo_scope(stack: Settings) -> Iterator[dict[str, str]]:
         admin.close()
 
 
-def test_a_minute_of_the_small_scenario_ends_with_its_pods_and_alerts_in_redis(
+def test_ten_minutes_of_the_small_scenario_end_with_its_pods_and_alerts_in_redis(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
-    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "10"]
-    argv += ["--duration", "60", "--no-ui"]
+    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "20"]
+    argv += ["--duration", "30", "--no-ui"]  # ten simulated minutes
     result = run_command(argv, timeout_s=240, env={**os.environ, **demo_scope})
     assert result.returncode == 0, result.stderr + result.stdout
     assert "Where to look" in result.stdout
@@ -195,8 +195,8 @@ def test_two_simulated_clusters_are_told_apart_and_filtered_in_top(
     stack: Settings, demo_scope: dict[str, str]
 ) -> None:
     """`demo --clusters`: the same scenario twice, the same node and pod names, one pipeline."""
-    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "10"]
-    argv += ["--duration", "60", "--no-ui", "--clusters", "train,infer"]
+    argv = [str(GPUWATCH), "demo", "--scenario", "small", "--speed", "20"]
+    argv += ["--duration", "30", "--no-ui", "--clusters", "train,infer"]
     env = {**os.environ, **demo_scope}
     result = run_command(argv, timeout_s=300, env=env)
     assert result.returncode == 0, result.stderr + result.stdout
