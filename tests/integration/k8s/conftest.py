@@ -20,9 +20,9 @@ from jsonschema import Draft202012Validator
 from kafka.consumer.fetcher import ConsumerRecord
 from support import free_port, waiter
 from support.apiservers import LiveApiServer, live
+from support.fake_apiserver import FakeApiServer
 from topic_io import consume_all, scoped_topics
 
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from schemas import K8S_NODES, K8S_PODS
 from schemas.export import JSON_DIR
 from schemas.settings import Settings

@@ -14,9 +14,9 @@ import pytest
 import watcher_command
 from jsonschema import Draft202012Validator
 from support import reaped
+from support.fake_apiserver import FakeApiServer
 
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from gpuwatch.run.watcher import WatcherService
 from schemas import K8S_NODES, K8S_PODS, K8sNode, K8sPod
 from schemas.settings import Settings

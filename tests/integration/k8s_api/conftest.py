@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from support import waiter
 from support.apiservers import LiveApiServer, UncachedApiServer, live
+from support.fake_apiserver import FakeApiServer
 
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from gpuwatch.harness.stack import kube as stack_kube
 from producers.k8s.client import KubernetesApi
 from schemas.settings import Settings

@@ -9,10 +9,10 @@ import json
 from typing import Any
 
 import pytest
+from support.fake_apiserver import FakeApiServer
 from support.kube import controlled
 
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.base.kubeapi import ApiError, Collection, Disconnected, Expired
 from producers.k8s.client import KubernetesApi
 

@@ -22,9 +22,9 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support import wait_until
+from support.fake_apiserver import FakeApiServer
 
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.normalise import NodeRules, PodRules, normalise_node, normalise_pod
 from producers.k8s.objects import NODE_DECODER, POD_DECODER

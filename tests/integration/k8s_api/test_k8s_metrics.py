@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from support.fake_apiserver import FakeApiServer
 
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.base.publisher import Done, Publisher
 from producers.k8s.client import KubernetesApi
 from producers.k8s.metrics import WatcherCollector

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from support.fake_apiserver import FakeApiServer
 from support.kube import controlled
 
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer
 from producers.k8s.client import KubernetesApi
 from producers.k8s.watcher import K8sWatcher
 from producers.k8s.watching import Backoff

@@ -12,8 +12,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from support.fake_apiserver import FakeApiServer
 
-from gpuwatch.harness.simulate.kube.apiserver import FakeApiServer, parse_field_selector
+from gpuwatch.harness.simulate.kube.apiserver import parse_field_selector
 from gpuwatch.harness.simulate.kube.manifests import bound, gpu_pod, running
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi

@@ -11,9 +11,13 @@ cluster simulator drive the real watcher through it:
   `spec.nodeName=gpu-1`) applied with the real transitions
   (an object leaving the selection is DELETED, one entering it ADDED), `timeoutSeconds`
   ending the stream cleanly, BOOKMARK events when `allowWatchBookmarks` is set;
-- on demand: compaction (a watch from an older resourceVersion gets `410 Gone`, as an
-  ERROR event in the stream or, optionally, as the HTTP status), ERROR 410 on open
-  watches, abruptly dropped connections, and HTTP errors for the next requests.
+- a watch from a resourceVersion older than the history it keeps gets `410 Gone`, as an
+  ERROR event in the stream or, optionally, as the HTTP status.
+
+What only tests do to it (compaction on cue, ERROR 410 on open watches, abruptly dropped
+connections, HTTP errors for the next requests) is in tests/support/fake_apiserver.py: it
+sets the flags of the open watches (`_flag`) and answers `_take_failure`, which the
+serving here reads.
 
 Standard library only; one thread per connection. Use it as a context manager.
 """
@@ -34,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import parse_qs, urlsplit
 
 from gpuwatch.harness.simulate.kube.httpwire import (
@@ -240,14 +244,13 @@ class FakeApiServer:
         self._floor = 1  # a watch may resume from this resourceVersion or later
         self._watches: set[_Watch] = set()
         self._snapshots: dict[str, _Snapshot] = {}
-        self._failures: list[tuple[str | None, int]] = []
         self._stopping = False
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle -----------------------------------------------------------------
 
-    def start(self) -> FakeApiServer:
+    def start(self) -> Self:
         """Listen on 127.0.0.1 (a free port) and serve on a thread of its own."""
         self._server = Server(self)
         self._thread = threading.Thread(
@@ -270,7 +273,7 @@ class FakeApiServer:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> FakeApiServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:
@@ -377,34 +380,11 @@ class FakeApiServer:
             del self._history_rvs[:dropped]
         self._cond.notify_all()
 
-    # ---- faults --------------------------------------------------------------------
-
-    def compact(self) -> None:
-        """Forget the change history: watches from an older resourceVersion get 410 Gone,
-        and so do list continue tokens."""
-        with self._cond:
-            self._floor = self._rv
-            self._history.clear()
-            self._history_rvs.clear()
-            self._snapshots.clear()
-
-    def drop_watches(self, resource: str | None = None) -> int:
-        """Cut open watch connections without ending the stream; returns how many."""
-        return self._flag(resource, "drop")
-
-    def expire_watches(self, resource: str | None = None) -> int:
-        """Compact, then send ERROR 410 Expired on the open watches and end them."""
-        self.compact()
-        return self._flag(resource, "expire")
+    # ---- watches -------------------------------------------------------------------
 
     def bookmark(self, resource: str | None = None) -> int:
         """Send a BOOKMARK now on the open watches that allow bookmarks."""
         return self._flag(resource, "bookmark_now")
-
-    def fail_next(self, count: int = 1, status: int = 500, resource: str | None = None) -> None:
-        """Answer the next `count` requests (of `resource`, or any) with HTTP `status`."""
-        with self._cond:
-            self._failures.extend([(resource, status)] * count)
 
     def open_watches(self, resource: str | None = None) -> int:
         """Watches being served now."""
@@ -460,10 +440,8 @@ class FakeApiServer:
         return self._list(request, query, params)
 
     def _take_failure(self, resource: str | None) -> int | None:
-        for index, (only, status) in enumerate(self._failures):
-            if only in (None, resource):
-                del self._failures[index]
-                return status
+        """The HTTP status to answer this request of `resource` with instead, taken under
+        the lock; none here (tests inject failures)."""
         return None
 
     def _get(self, request: Handler, resource: str, namespace: str | None, name: str) -> None:
