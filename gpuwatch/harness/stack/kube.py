@@ -28,7 +28,6 @@ from typing import Any
 
 import yaml
 
-import gpuwatch
 from gpuwatch.harness.stack.processes import require_binary
 from gpuwatch.harness.stack.service import (
     HOST,
@@ -37,6 +36,7 @@ from gpuwatch.harness.stack.service import (
     StackError,
     StackPaths,
     Which,
+    packaged,
 )
 from schemas.settings import Settings
 
@@ -148,8 +148,8 @@ class KubeApiServerService(LocalService):
                 )
         elif not os.access(self.binary, os.X_OK) and not build_script().is_file():
             raise StackError(
-                f"no kube-apiserver at {self.binary}, and no scripts/kube-apiserver.sh to "
-                "build one (run from a gpuwatch checkout), or set GPUWATCH_KUBE_APISERVER"
+                f"no kube-apiserver at {self.binary}, and no {build_script()} to build one "
+                "(reinstall gpuwatch), or set GPUWATCH_KUBE_APISERVER"
             )
 
     def prepare(self, progress: Progress) -> list[str]:
@@ -294,8 +294,8 @@ def cached_binary(cache_dir: Path) -> Path:
 
 
 def build_script() -> Path:
-    """scripts/kube-apiserver.sh of the checkout this package runs from."""
-    return Path(gpuwatch.__file__).resolve().parents[1] / "scripts" / "kube-apiserver.sh"
+    """scripts/kube-apiserver.sh (with its scripts/lib/go-build.sh), as this package ships it."""
+    return packaged("kube-apiserver.sh")
 
 
 def build(cache_dir: Path) -> Path:

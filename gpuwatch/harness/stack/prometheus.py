@@ -1,4 +1,4 @@
-"""The local Prometheus, run on the checkout's deploy/prometheus/prometheus.yml in place.
+"""The local Prometheus, run on deploy/prometheus/prometheus.yml (package data) in place.
 
 The file names Prometheus's own address, 127.0.0.1:9090, as its self-scrape target. A
 stack moved to another port (`GPUWATCH_STACK_PROMETHEUS_PORT`) runs on a copy in its
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import yaml
 
-import gpuwatch
 from gpuwatch.harness.stack.processes import require_binary
 from gpuwatch.harness.stack.service import (
     HOST,
@@ -27,6 +26,7 @@ from gpuwatch.harness.stack.service import (
     StackError,
     StackPaths,
     Which,
+    packaged,
 )
 from schemas.settings import Settings
 
@@ -43,12 +43,12 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def default_config() -> Path:
-    """deploy/prometheus/prometheus.yml of the checkout this package runs from."""
-    return Path(gpuwatch.__file__).resolve().parents[1] / "deploy" / "prometheus" / "prometheus.yml"
+    """deploy/prometheus/prometheus.yml, as this package ships it (with its rule files)."""
+    return packaged("prometheus.yml")
 
 
 def config_path(settings: Settings) -> Path:
-    """The configuration Prometheus runs on: the setting, or the checkout's."""
+    """The configuration Prometheus runs on: the setting, or the package's."""
     configured = settings.stack.prometheus_config
     return default_config() if configured is None else configured.expanduser().resolve()
 
@@ -109,8 +109,7 @@ class PrometheusService(LocalService):
             how = (
                 "fix GPUWATCH_PROMETHEUS_CONFIG (stack.prometheus_config)"
                 if self.configured
-                else "run from a gpuwatch checkout, or set GPUWATCH_PROMETHEUS_CONFIG "
-                "to a prometheus.yml"
+                else "reinstall gpuwatch, or set GPUWATCH_PROMETHEUS_CONFIG to a prometheus.yml"
             )
             raise StackError(f"Prometheus configuration {self.config} does not exist; {how}")
 

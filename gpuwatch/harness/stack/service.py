@@ -5,10 +5,23 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
 from gpuwatch.tables import table_lines
+
+
+def packaged(name: str) -> Path:
+    """A file the stack runs on, shipped as package data in gpuwatch/harness/stack/files/.
+
+    Each is one source kept where the deployment needs it (deploy/prometheus/, scripts/):
+    in a checkout, files/ holds links to them and the path resolves to the source; in an
+    installed wheel, the copy setuptools made. A wheel installs as files on disk, so the
+    resource is a path Prometheus and bash can be pointed at.
+    """
+    return Path(str(files("gpuwatch.harness.stack").joinpath("files", name))).resolve()
+
 
 ServiceName = Literal["kafka", "redis", "prometheus", "etcd", "kube-apiserver"]
 ServiceState = Literal["up", "down", "external", "starting"]

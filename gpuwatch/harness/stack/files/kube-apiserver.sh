@@ -1,0 +1,1 @@
+../../../../scripts/kube-apiserver.sh
