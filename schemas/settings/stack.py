@@ -33,7 +33,7 @@ class StackSettings(BaseModel):
     prometheus_port: int = Field(default=9090, ge=1, le=65535)
     """Prometheus port on 127.0.0.1."""
     prometheus_config: Path | None = None
-    """Prometheus configuration; None: deploy/prometheus/prometheus.yml of this checkout."""
+    """Prometheus configuration; None: deploy/prometheus/prometheus.yml, as gpuwatch ships it."""
     ready_timeout_s: float = Field(default=90.0, gt=0)
     """How long `stack up` waits for each service to answer."""
     kube: bool = False
