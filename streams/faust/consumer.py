@@ -28,12 +28,21 @@ class ReadOffsets(dict[Any, "int | None"]):
     loop as past its gap, without moving the offset; the first record at the target, or at
     or behind one already delivered (the log start, where the target has gone), ends it.
     While held the offset reads as None: nothing is dropped.
+
+    The hold starts before the seek (`hold`, then the seek, then `sought`). Faust's seek
+    (`_seek_wait`) sets the offset to the target from the consumer's thread and then waits
+    for the broker: a hold taken after it left that wait to the old fetch, whose next record
+    (past the target) the fetch loop took for a jump over the records between, recording
+    them for the commit as a gap (`_add_gap`) that the agent loop then read a second time.
+    The seek's own write of the target is not a record read, and does not end the hold.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._held: dict[Any, tuple[int, int | None]] = {}
         """partition -> (seek target, newest record of the old fetch delivered since)."""
+        self._seeking: set[Any] = set()
+        """Held partitions whose seek has not yet written its target."""
 
     def __getitem__(self, tp: Any) -> int | None:
         # Held: None, so every record is delivered and none taken for a gap in Faust's
@@ -42,23 +51,41 @@ class ReadOffsets(dict[Any, "int | None"]):
         return None if tp in self._held else self.get(tp)
 
     def hold(self, tp: Any, offset: int) -> None:
-        """A seek of `tp` back to `offset`: the offset read stays there until it is read."""
+        """A seek of `tp` back to `offset` is about to start: the offset read stays there
+        until it is read."""
         self._held[tp] = (offset, None)
+        if offset > 0:  # Faust's seek to 0 writes nothing (it forgets the offset)
+            self._seeking.add(tp)
+        else:
+            self._seeking.discard(tp)
         super().__setitem__(tp, offset if offset else None)
+
+    def sought(self, tp: Any) -> None:
+        """The seek of a held partition is done (its write of the target, if any, came)."""
+        self._seeking.discard(tp)
+
+    def release(self, tp: Any) -> None:
+        """End a hold whose seek did not happen (the partition was revoked meanwhile)."""
+        self._held.pop(tp, None)
+        self._seeking.discard(tp)
 
     def __setitem__(self, tp: Any, offset: int | None) -> None:
         held = self._held.get(tp)
         if held is not None and offset is not None:
             target, newest = held
+            if offset == target and tp in self._seeking:
+                self._seeking.discard(tp)  # the seek's own write, not a record
+                return
             if offset != target and (newest is None or offset > newest):
                 self._held[tp] = (target, offset)  # fetched before the seek
                 return
             del self._held[tp]
+            self._seeking.discard(tp)
         super().__setitem__(tp, offset)
 
     def pop(self, tp: Any, *default: Any) -> Any:
         """Forget a partition (revoked), its hold with it."""
-        self._held.pop(tp, None)
+        self.release(tp)
         return super().pop(tp, *default)
 
 
@@ -110,8 +137,13 @@ def rewinding_consumer(base: Any, topics: frozenset[str], inboxes: Inboxes | Non
             crash the fetcher (`KeyError` in `fetched_records`). `seek_wait` seeks in the
             consumer's thread.
             """
-            await self.seek_wait({partition: offset})
             self.read_offsets.hold(partition, offset)
+            try:
+                await self.seek_wait({partition: offset})
+            except BaseException:
+                self.read_offsets.release(partition)
+                raise
+            self.read_offsets.sought(partition)
 
         async def _drain_messages(self, fetcher: Any) -> None:
             if inboxes is None:
