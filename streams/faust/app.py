@@ -200,6 +200,10 @@ class _Kafka:
         """Read a partition again from `offset`."""
         await self.app.consumer.rewind(TP(topic, partition), offset)
 
+    def unread(self, topic: str, partition: int) -> bool:
+        """Whether the consumer leaves a partition out of its fetches (watermark alignment)."""
+        return TP(topic, partition) in self.app.consumer.unread
+
 
 _RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
 
@@ -293,6 +297,7 @@ def build(
             seek=kafka.seek,
             start_of=lambda topic, partition: probe.starts.get((topic, partition)),
             load_starts=probe.load_starts,
+            paused=kafka.unread,
             state_every_s=STATE_EVERY_S,
             state_every_event_ms=STATE_EVERY_EVENT_MS,
         )

@@ -57,7 +57,7 @@ import msgspec
 
 from streams.core.ticks import Committed, Progress, Tick, decode_tick
 from streams.processors.outputs import Counters, Outputs, Record, Source
-from streams.runtime.rewinds import Rewinds, Seek, StartOf
+from streams.runtime.rewinds import Paused, Rewinds, Seek, StartOf
 
 __all__ = [
     "BATCH_MAX",
@@ -176,6 +176,7 @@ class AgentLoop:
         state_every_s: float = 0.0,
         ticked: Iterable[str] | None = None,
         state_every_event_ms: int | None = None,
+        paused: Paused = lambda topic, partition: False,
     ) -> None:
         self.name = name
         self.tick_topic = tick_topic
@@ -186,7 +187,7 @@ class AgentLoop:
         self._make = make
         self._send = send
         self._flush = flush
-        self.rewinds = Rewinds(self.progress, seek, start_of, monotonic)
+        self.rewinds = Rewinds(self.progress, seek, start_of, monotonic, paused)
         self._load_starts = load_starts
         self._monotonic = monotonic
         self._state_every_s = state_every_s

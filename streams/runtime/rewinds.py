@@ -11,6 +11,13 @@ offsets after a missing one as committable). Two signs show such a gap to the ag
 - a tick waiting for offsets beyond the expected one while nothing of that input arrives:
   the partition is sought back to the expected offset.
 
+A partition the worker leaves unread on purpose (watermark alignment,
+`streams.core.alignment`) is not quiet: nothing of it arrives because it is not fetched.
+Taking that for skipped data sought it back to where it stood at every pause, which
+dropped its fetched records and fetched them again, up to four times per pause; a gap
+already found is not sought again while its partition is paused either (the seek could
+not be read), and its wait starts anew when the partition is read again.
+
 Where nothing places a partition yet (no stored position, no commit, its log start not
 learnt: the broker did not answer), its events wait and it is read again (`unplaced`).
 
@@ -28,7 +35,15 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from streams.core.ticks import Progress, Tick
 
-__all__ = ["MAX_REWINDS", "REWIND_AGAIN_S", "REWIND_MAX_S", "STALL_S", "Rewinds", "Seek"]
+__all__ = [
+    "MAX_REWINDS",
+    "REWIND_AGAIN_S",
+    "REWIND_MAX_S",
+    "STALL_S",
+    "Paused",
+    "Rewinds",
+    "Seek",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +56,26 @@ Seek = Callable[[str, int, int], Awaitable[None]]
 """Move the consumer of a topic partition to an offset: `seek(topic, partition, offset)`."""
 StartOf = Callable[[str, int], "int | None"]
 """The log start offset of a topic partition, None when not known (yet)."""
+Paused = Callable[[str, int], bool]
+"""Whether the worker leaves a topic partition unread for now (watermark alignment)."""
 
 
 class Rewinds:
     """Gaps found in the inputs of one agent, and the seeks that read them again."""
 
     def __init__(
-        self, progress: Progress, seek: Seek | None, start_of: StartOf, now: Callable[[], float]
+        self,
+        progress: Progress,
+        seek: Seek | None,
+        start_of: StartOf,
+        now: Callable[[], float],
+        paused: Paused = lambda topic, partition: False,
     ) -> None:
         self.progress = progress
         self._seek = seek
         self._start_of = start_of
         self._now = now
+        self._paused = paused
         self._rewinds: dict[tuple[str, int], tuple[int, int, float]] = {}
         """(topic, partition) -> (first missing offset, seeks so far, last seek)."""
         self._last_event: dict[tuple[str, int], float] = {}
@@ -127,6 +150,9 @@ class Rewinds:
             return
         for topic in self.progress.inputs:
             key = (topic, partition)
+            if self._paused(topic, partition):
+                self._last_event[key] = now  # unread on purpose: not quiet
+                continue
             end, expected = head.ends.get(topic), self.expected(topic, partition)
             quiet = now - self._last_event.get(key, since) >= STALL_S
             if end is not None and expected is not None and end > expected and quiet:
@@ -137,6 +163,10 @@ class Rewinds:
         now = self._now()
         for key, (missing, tries, at) in list(self._rewinds.items()):
             topic, partition = key
+            if self._paused(topic, partition):
+                if tries:
+                    self._rewinds[key] = (missing, tries, now)  # its wait starts on resume
+                continue
             wait = min(REWIND_AGAIN_S * 2 ** max(tries - 1, 0), REWIND_MAX_S)
             if self._seek is None or (tries and now - at < wait):
                 continue

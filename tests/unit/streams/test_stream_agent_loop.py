@@ -87,6 +87,7 @@ def loop(
     table: Table | None = None,
     refused: frozenset[int] = frozenset(),
     state_every_event_ms: int | None = None,
+    paused: Callable[[str, int], bool] = lambda topic, partition: False,
 ) -> tuple[AgentLoop, Table, dict[int, Stub]]:
     """The loop on a `Stub` per partition; the flushes numbered in `refused` (from 1) raise
     as the producer's does when the broker did not take a record."""
@@ -117,6 +118,7 @@ def loop(
         monotonic=now,
         state_every_s=state_every_s,
         state_every_event_ms=state_every_event_ms,
+        paused=paused,
     )
     return agent, table, made
 
@@ -298,6 +300,55 @@ def test_a_tick_waiting_on_a_quiet_input_reads_it_again_from_the_stored_position
     asyncio.run(agent.process([Message(TICKS, 0, 1, None, encode_tick(tick))]))
     assert seeks.offsets == [4]
     assert made[0].ticks == []
+
+
+def test_a_partition_left_unread_by_alignment_is_not_taken_for_a_quiet_one() -> None:
+    # Alignment leaves partition 0 out of the fetches: its tick waits on offsets 4..8, and
+    # nothing of it arrives because it is not read. It was sought back to 4 at every pause
+    # (its fetched records dropped and fetched again), every 1, 2 and 4 s while paused.
+    seeks = Seeks()
+    clock = [0.0]
+    unread = {(IN, 0)}
+    agent, table, _ = loop(
+        [], Counters(), seek=seeks, now=lambda: clock[0], paused=lambda t, p: (t, p) in unread
+    )
+    table.data[(0, POSITIONS)] = b'{"t.in": 4}'
+    tick = Tick(sender="w", claims={0: 1}, ends={IN: 9})
+    for offset in range(4):
+        asyncio.run(agent.process([Message(TICKS, 0, offset, None, encode_tick(tick))]))
+        clock[0] += STALL_S
+        asyncio.run(agent.process([]))
+    assert seeks.offsets == []
+    unread.clear()  # read again: quiet from now on is quiet
+    clock[0] += STALL_S / 2
+    asyncio.run(agent.process([Message(TICKS, 0, 4, None, encode_tick(tick))]))
+    assert seeks.offsets == []
+    clock[0] += STALL_S / 2
+    asyncio.run(agent.process([Message(TICKS, 0, 5, None, encode_tick(tick))]))
+    assert seeks.offsets == [4]
+
+
+def test_a_gap_is_not_sought_again_while_its_partition_is_unread() -> None:
+    seeks = Seeks()
+    clock = [0.0]
+    unread: set[tuple[str, int]] = set()
+    agent, table, _ = loop(
+        [], Counters(), seek=seeks, now=lambda: clock[0], paused=lambda t, p: (t, p) in unread
+    )
+    table.data[(0, POSITIONS)] = b'{"t.in": 4}'
+    asyncio.run(agent.process([Message(IN, 0, 6, None, b"g")]))  # 4 and 5 missing
+    assert seeks.offsets == [4]
+    unread.add((IN, 0))
+    for _ in range(5):
+        clock[0] += REWIND_AGAIN_S * 4
+        asyncio.run(agent.process([]))
+    assert seeks.offsets == [4]  # the seek could not be read while the partition is unread
+    unread.clear()
+    asyncio.run(agent.process([]))
+    assert seeks.offsets == [4]  # its wait starts anew when it is read again
+    clock[0] += REWIND_AGAIN_S
+    asyncio.run(agent.process([]))
+    assert seeks.offsets == [4, 4]
 
 
 def test_a_first_event_past_the_log_start_waits_until_the_start_is_learnt() -> None:
