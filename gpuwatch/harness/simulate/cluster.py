@@ -2,17 +2,16 @@
 finished and deleted at the simulated times the scenario says, on a clock the caller moves.
 
 `Cluster.advance(until)` applies every transition due before `until` (simulated seconds
-after the epoch) in time order and returns the changes as plain values: what the API
-server shows of each pod and which processes start and stop on which GPU. No clock, no
-threads, no I/O: the runner turns changes into API objects and SimReader workloads.
+after the epoch) in time order and returns the changes as plain values
+(`gpuwatch.harness.simulate.changes`): what the API server shows of each pod and which
+processes start and stop on which GPU. No clock, no threads, no I/O: the runner turns
+changes into API objects and SimReader workloads.
 
 Scheduling follows the default scheduler's shape without its detail: pods are tried in
 creation order whenever a pod is created or GPUs are freed; a pod that fits no node stays
 Pending with the scheduler's Unschedulable message, and pods behind it may still fit (a
-big job starves while small ones pass: fragmentation). `spread` picks the node with the
-most free devices of the resource (LeastAllocated), `binpack` the fewest that fit. Time-
-slicing replicas go to the GPU with the fewest replicas taken (the device plugin's
-distributed policy).
+big job starves while small ones pass: fragmentation). Where a pod fits and which devices
+it gets is `gpuwatch.harness.simulate.placement`'s.
 """
 
 from __future__ import annotations
@@ -21,20 +20,30 @@ import hashlib
 import heapq
 import random
 import uuid as uuidlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuwatch.harness.simulate.gpus import (
-    BACKOFF_MAX_S,
-    BACKOFF_START_S,
-    CONTEXT_OVERHEAD_BYTES,
-    WorkloadKind,
+from gpuwatch.harness.simulate.changes import (
+    Change,
+    ContainerCrashed,
+    ContainerStarted,
+    PodBound,
+    PodCreated,
+    PodDeleted,
+    PodFinished,
+    PodRun,
+    PodSpec,
+    PodUnschedulable,
+    QueuedJob,
+    WorkloadAdmitted,
+    WorkloadCreated,
+    WorkloadFinished,
+    WorkloadPending,
 )
+from gpuwatch.harness.simulate.gpus import BACKOFF_MAX_S, BACKOFF_START_S
+from gpuwatch.harness.simulate.placement import Placement
 from gpuwatch.harness.simulate.scenario import Scenario, Span, Workload
 from gpuwatch.harness.simulate.topology import (
     GPU_RESOURCE,
-    Device,
     NodeLayout,
     dra_resource,
     layout,
@@ -42,35 +51,11 @@ from gpuwatch.harness.simulate.topology import (
 )
 from schemas.fields import DEFAULT_CLUSTER
 
-__all__ = [
-    "Change",
-    "Cluster",
-    "ContainerCrashed",
-    "ContainerStarted",
-    "PodBound",
-    "PodCreated",
-    "PodDeleted",
-    "PodFinished",
-    "PodRun",
-    "PodSpec",
-    "PodUnschedulable",
-    "ProcessStarted",
-    "ProcessStopped",
-    "QueuedJob",
-    "WorkloadAdmitted",
-    "WorkloadCreated",
-    "WorkloadFinished",
-    "WorkloadPending",
-]
+__all__ = ["Cluster"]
 
-PodStatus = Literal[
-    "Pending", "ContainerCreating", "Running", "CrashLoopBackOff", "Completed", "OOMKilled", "Error"
-]
-"""What `kubectl get pods` shows in its STATUS column."""
 Action = Literal["create", "start", "crash", "finish", "delete", "submit"]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Kueue job's, and so its pods'
-FIRST_PID = 4000  # host PIDs of simulated GPU processes, per node
 CONTAINERS = {
     "training": "trainer",
     "inference": "server",
@@ -92,251 +77,6 @@ END_REASONS = {
     "oomkilled": ("OOMKilled", 137),
     "error": ("Error", 1),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class PodSpec:
-    """One pod as created, with every parameter drawn for it from the seed."""
-
-    uid: str
-    name: str
-    namespace: str
-    workload: str
-    kind: WorkloadKind
-    container: str
-    labels: Mapping[str, str]
-    owner: tuple[str, str] | None
-    """(kind, name) of the controller: Job, ReplicaSet (of a Deployment) or StatefulSet."""
-    priority_class: str | None
-    pool: str | None
-    resource: str
-    count: int
-    created_s: float
-    pull_s: float
-    duration_s: float | None
-    end: str
-    crash_after_s: float
-    crash_reason: str
-    mem_fraction: float
-    peak_util_pct: float | None
-    unallocated_gpus: int
-    recreate_after_s: float | None
-    index: int
-    generation: int
-    claim: str | None = None
-    """The ResourceClaim its GPUs come through (`<pod>-gpus`, or the workload's shared
-    `<workload>-gpus`); None: the device plugin's devices."""
-    shared_claim: bool = False
-    work: Mapping[str, float] = field(default_factory=dict)
-    """Units of work it reports done a second while its container runs, by unit name."""
-
-    @property
-    def restart_policy(self) -> str:
-        """Never for Job pods (a failure fails the pod), Always for the others."""
-        return "Never" if self.owner is not None and self.owner[0] == "Job" else "Always"
-
-
-@dataclass(slots=True)
-class PodRun:
-    """A pod's state now."""
-
-    spec: PodSpec
-    status: PodStatus = "Pending"
-    node: str | None = None
-    devices: tuple[Device, ...] = ()
-    unschedulable: str | None = None
-    """The scheduler's message while the pod fits no node."""
-    restarts: int = 0
-    started_s: float | None = None
-    """When its container first started."""
-    finished_s: float | None = None
-    processes: tuple[tuple[int, str, int], ...] = ()
-    """(pid, GPU or MIG uuid, memory) of its GPU processes running now."""
-
-    @property
-    def phase(self) -> str:
-        """The pod phase the API shows."""
-        if self.status in ("Pending", "ContainerCreating"):
-            return "Pending"
-        if self.status in ("Running", "CrashLoopBackOff"):
-            return "Running"
-        return "Succeeded" if self.status == "Completed" else "Failed"
-
-
-@dataclass(frozen=True, slots=True)
-class PodCreated:
-    """A pod is created (Pending, not scheduled yet)."""
-
-    at: float
-    spec: PodSpec
-
-
-@dataclass(frozen=True, slots=True)
-class PodUnschedulable:
-    """The scheduler found no node (or a new reason why not)."""
-
-    at: float
-    uid: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class PodBound:
-    """Bound to a node, devices allocated; the kubelet creates its container."""
-
-    at: float
-    uid: str
-    node: str
-    devices: tuple[Device, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerStarted:
-    """Its container runs (again, after a crash, when `restarts` > 0)."""
-
-    at: float
-    uid: str
-    restarts: int
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerCrashed:
-    """Its container died and the kubelet backs off for `backoff_s` (CrashLoopBackOff)."""
-
-    at: float
-    uid: str
-    reason: str
-    exit_code: int
-    restarts: int
-    backoff_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class PodFinished:
-    """The pod ended for good: Succeeded (Completed) or Failed (OOMKilled, Error)."""
-
-    at: float
-    uid: str
-    phase: Literal["Succeeded", "Failed"]
-    reason: str
-    exit_code: int
-
-
-@dataclass(frozen=True, slots=True)
-class PodDeleted:
-    """A finished pod is deleted (the scenario's finished_ttl_s)."""
-
-    at: float
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessStarted:
-    """A GPU process of a pod starts on a GPU or MIG instance of its node."""
-
-    at: float
-    node: str
-    pid: int
-    uid: str
-    gpu_uuid: str
-    kind: WorkloadKind
-    mem_bytes: int
-    peak_util_pct: float | None
-    up_s: float | None
-    """crashloop: seconds until it crashes."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessStopped:
-    """A GPU process exits."""
-
-    at: float
-    node: str
-    pid: int
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedJob:
-    """A Job of a Kueue queue and the Workload Kueue made for it."""
-
-    uid: str
-    """The Workload's uid."""
-    name: str
-    """The Workload's name (`job-<job>-<hash>`, as Kueue names them)."""
-    namespace: str
-    workload: str
-    """The scenario's workload (the Job's name)."""
-    queue: str
-    pods: int
-    gpus_per_pod: Mapping[str, int]
-    labels: Mapping[str, str]
-    priority_class: str | None
-    created_s: float
-    claims: bool = False
-    """Its pods' GPUs come through ResourceClaims (DRA), not an extended resource."""
-
-    @property
-    def job_uid(self) -> str:
-        """The Job's uid, as its pods' owner reference names it."""
-        return f"owner-job-{self.workload}"
-
-    @property
-    def gpus(self) -> int:
-        """GPU devices of the quota it takes: every pod's."""
-        return self.pods * sum(self.gpus_per_pod.values())
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadCreated:
-    """Kueue made a Workload for a suspended Job."""
-
-    at: float
-    job: QueuedJob
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadPending:
-    """Kueue's scheduler found no room in the queue's quota: QuotaReserved False."""
-
-    at: float
-    uid: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadAdmitted:
-    """Quota reserved and admitted: the Job is unsuspended and its pods are created."""
-
-    at: float
-    uid: str
-    cluster_queue: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadFinished:
-    """Every pod of the Job ended; the quota is free again."""
-
-    at: float
-    uid: str
-    succeeded: bool
-
-
-Change = (
-    PodCreated
-    | PodUnschedulable
-    | PodBound
-    | ContainerStarted
-    | ContainerCrashed
-    | PodFinished
-    | PodDeleted
-    | ProcessStarted
-    | ProcessStopped
-    | WorkloadCreated
-    | WorkloadPending
-    | WorkloadAdmitted
-    | WorkloadFinished
-)
 
 
 def _draw(span: Span | None, rng: random.Random, whole: bool = False) -> float | None:
@@ -389,14 +129,6 @@ def _owner(w: Workload) -> tuple[str, str] | None:
     return None
 
 
-@dataclass
-class _NodeState:
-    layout: NodeLayout
-    free: list[Device]
-    next_pid: int = FIRST_PID
-    mem_total: dict[str, int] = field(default_factory=dict)
-
-
 class Cluster:
     """The scenario's cluster; `advance` moves it forward in simulated time."""
 
@@ -418,14 +150,8 @@ class Cluster:
         """Everything before this simulated time has been applied."""
         self.pods: dict[str, PodRun] = {}
         """Live pods (deleted ones leave) by uid."""
-        self._nodes = {n.name: _NodeState(n, list(n.devices)) for n in self.layouts}
-        for state in self._nodes.values():
-            state.mem_total = {gpu.uuid: gpu.mem_total_bytes for gpu in state.layout.gpus}
-        self._mem_used: dict[str, int] = {}
-        self._holders: dict[str, int] = {}
-        self._replicas_taken: dict[str, int] = {}
-        self._shared: dict[tuple[str, str], tuple[str, tuple[Device, ...], set[str]]] = {}
-        """(namespace, claim) -> node, devices and the pods using a shared claim now."""
+        self._placement = Placement(self.layouts, scenario.scheduler)
+        """Its nodes' devices, free and held, and the processes on them."""
         self._queue: list[tuple[float, int, Action, str]] = []
         self._seq = 0
         self._pending: list[str] = []
@@ -470,14 +196,11 @@ class Cluster:
 
     def free_devices(self, resource: str = GPU_RESOURCE) -> dict[str, int]:
         """Free devices of `resource` per node."""
-        return {
-            name: sum(1 for d in state.free if d.resource == resource)
-            for name, state in self._nodes.items()
-        }
+        return self._placement.free_devices(resource)
 
     def allocated_uuids(self) -> set[str]:
         """GPUs and MIG instances some pod holds now."""
-        return {uuid for uuid, count in self._holders.items() if count > 0}
+        return self._placement.allocated_uuids()
 
     # ---- the clock -------------------------------------------------------------------
 
@@ -653,12 +376,12 @@ class Cluster:
             pod.started_s = t
             if spec.duration_s is not None:
                 self._push(t + spec.duration_s, "finish", spec.uid)
-        self._start_processes(pod, t, out)
+        self._placement.start_processes(pod, t, out)
         if spec.kind == "crashloop":
             self._push(t + spec.crash_after_s, "crash", spec.uid)
 
     def _crash(self, pod: PodRun, t: float, out: list[Change]) -> None:
-        self._stop_processes(pod, t, out)
+        self._placement.stop_processes(pod, t, out)
         pod.restarts += 1
         pod.status = "CrashLoopBackOff"
         backoff = min(BACKOFF_START_S * 2 ** (pod.restarts - 1), BACKOFF_MAX_S)
@@ -668,8 +391,8 @@ class Cluster:
 
     def _finish(self, pod: PodRun, t: float, out: list[Change]) -> None:
         spec = pod.spec
-        self._stop_processes(pod, t, out)
-        self._release(pod)
+        self._placement.stop_processes(pod, t, out)
+        self._placement.release(pod)
         reason, code = END_REASONS[spec.end]
         pod.status = reason  # type: ignore[assignment]  # Completed, OOMKilled, Error
         pod.finished_s = t
@@ -684,97 +407,22 @@ class Cluster:
             again = t + spec.recreate_after_s
             self._plan(self._spec(workload, spec.index, spec.generation + 1, again))
 
-    # ---- processes -------------------------------------------------------------------
-
-    def _start_processes(self, pod: PodRun, t: float, out: list[Change]) -> None:
-        spec = pod.spec
-        assert pod.node is not None
-        node = self._nodes[pod.node]
-        uuids = list(dict.fromkeys(d.uuid for d in pod.devices))
-        if spec.unallocated_gpus:
-            others = [u for u in node.layout.compute_uuids if u not in uuids]
-            held = self.allocated_uuids()
-            others.sort(key=lambda u: u in held)  # unallocated ones first, index order kept
-            uuids += others[: spec.unallocated_gpus]
-        replicas = node.layout.replicas if node.layout.sharing == "time-slicing" else 1
-        processes = []
-        for uuid in uuids:
-            total = node.mem_total[uuid]
-            used = self._mem_used.get(uuid, 0)
-            room = total - used - CONTEXT_OVERHEAD_BYTES
-            if room < 0:
-                continue  # not even a CUDA context fits: the process would not start
-            mem = min(int(total / replicas * spec.mem_fraction), room)
-            self._mem_used[uuid] = used + mem + CONTEXT_OVERHEAD_BYTES
-            pid = node.next_pid
-            node.next_pid += 1
-            processes.append((pid, uuid, mem))
-            up = spec.crash_after_s if spec.kind == "crashloop" else None
-            out.append(
-                ProcessStarted(
-                    t, node.layout.name, pid, spec.uid, uuid, spec.kind, mem, spec.peak_util_pct, up
-                )
-            )
-        pod.processes = tuple(processes)
-
-    def _stop_processes(self, pod: PodRun, t: float, out: list[Change]) -> None:
-        assert pod.node is not None
-        for pid, uuid, mem in pod.processes:
-            self._mem_used[uuid] -= mem + CONTEXT_OVERHEAD_BYTES
-            out.append(ProcessStopped(t, pod.node, pid, pod.spec.uid))
-        pod.processes = ()
-
     # ---- scheduling ------------------------------------------------------------------
-
-    def _release(self, pod: PodRun) -> None:
-        if pod.node is None:
-            return
-        node = self._nodes[pod.node]
-        for device in pod.devices:
-            self._holders[device.uuid] -= 1
-        if pod.spec.shared_claim and pod.spec.claim is not None:
-            # The claim's devices stay reserved while another pod still uses the claim.
-            key = (pod.spec.namespace, pod.spec.claim)
-            users = self._shared[key][2]
-            users.discard(pod.spec.uid)
-            if users:
-                return
-            del self._shared[key]
-        for device in pod.devices:
-            if device.id != device.uuid:
-                self._replicas_taken[device.uuid] -= 1
-        order = {device.id: i for i, device in enumerate(node.layout.devices)}
-        node.free = sorted([*node.free, *pod.devices], key=lambda d: order[d.id])
 
     def _schedule(self, t: float, out: list[Change]) -> None:
         for uid in list(self._pending):
             pod = self.pods[uid]
             spec = pod.spec
-            fit = self._place(spec)
+            fit = self._placement.place(spec)
             if fit is None:
-                message = self._why(spec)
+                message = self._placement.why(spec)
                 if message != pod.unschedulable:
                     pod.unschedulable = message
                     out.append(PodUnschedulable(t, uid, message))
                 continue
             name, devices = fit
             self._pending.remove(uid)
-            node = self._nodes[name]
-            for device in devices:
-                self._holders[device.uuid] = self._holders.get(device.uuid, 0) + 1
-            claim = (spec.namespace, spec.claim or "")
-            if spec.shared_claim and claim in self._shared:
-                self._shared[claim][2].add(uid)  # allocated already: the same devices
-            else:
-                if spec.shared_claim:
-                    self._shared[claim] = (name, devices, {uid})
-                taken = {d.id for d in devices}
-                node.free = [d for d in node.free if d.id not in taken]
-                for device in devices:
-                    if device.id != device.uuid:
-                        self._replicas_taken[device.uuid] = (
-                            self._replicas_taken.get(device.uuid, 0) + 1
-                        )
+            self._placement.bind(spec, name, devices)
             pod.status, pod.node, pod.devices, pod.unschedulable = (
                 "ContainerCreating",
                 name,
@@ -783,49 +431,3 @@ class Cluster:
             )
             out.append(PodBound(t, uid, name, devices))
             self._push(t + spec.pull_s, "start", uid)
-
-    def _place(self, spec: PodSpec) -> tuple[str, tuple[Device, ...]] | None:
-        if spec.shared_claim and spec.claim is not None:
-            allocated = self._shared.get((spec.namespace, spec.claim))
-            if allocated is not None:  # the claim's node and devices, whoever else uses them
-                return allocated[0], allocated[1]
-        best: tuple[int, str, list[Device]] | None = None
-        for name, node in self._nodes.items():
-            if spec.pool not in (None, node.layout.pool):
-                continue
-            free = [d for d in node.free if d.resource == spec.resource]
-            if len(free) < spec.count:
-                continue
-            score = len(free) if self.scenario.scheduler == "spread" else -len(free)
-            if best is None or score > best[0]:
-                best = (score, name, free)
-        if best is None:
-            return None
-        _, name, free = best
-        return name, self._pick(free, spec.count)
-
-    def _pick(self, free: list[Device], count: int) -> tuple[Device, ...]:
-        """Whole GPUs and MIG instances in index order; replicas from the least shared GPU."""
-        if not free or free[0].id == free[0].uuid:
-            return tuple(free[:count])
-        taken = dict(self._replicas_taken)
-        chosen: list[Device] = []
-        left = list(free)
-        for _ in range(count):
-            device = min(left, key=lambda d: taken.get(d.uuid, 0))  # first of the least used
-            chosen.append(device)
-            left.remove(device)
-            taken[device.uuid] = taken.get(device.uuid, 0) + 1
-        return tuple(chosen)
-
-    def _why(self, spec: PodSpec) -> str:
-        """The scheduler's message: `0/4 nodes are available: 4 Insufficient nvidia.com/gpu.`"""
-        reasons: dict[str, int] = {}
-        for node in self._nodes.values():
-            if spec.pool not in (None, node.layout.pool):
-                reason = "node(s) didn't match Pod's node affinity/selector"
-            else:
-                reason = f"Insufficient {spec.resource}"
-            reasons[reason] = reasons.get(reason, 0) + 1
-        parts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-        return f"0/{len(self._nodes)} nodes are available: {parts}."

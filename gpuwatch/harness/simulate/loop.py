@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuwatch.harness.simulate.cluster import Change, Cluster
+from gpuwatch.harness.simulate.changes import Change
+from gpuwatch.harness.simulate.cluster import Cluster
 from gpuwatch.harness.simulate.kube.cluster import ApiWriter, KubeMirror
 from gpuwatch.harness.simulate.nodes import NodeFleet, WorkSetup
 from gpuwatch.harness.simulate.scenario import AGENT_DOWN_S, Fault, Scenario

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuwatch.harness.simulate.cluster import (
+from gpuwatch.harness.simulate.changes import (
     Change,
     ContainerCrashed,
     ContainerStarted,

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuwatch.harness.simulate.cluster import (
+from gpuwatch.harness.simulate.changes import (
     Change,
-    Cluster,
     ContainerCrashed,
     ContainerStarted,
     PodBound,
@@ -21,6 +20,7 @@ from gpuwatch.harness.simulate.cluster import (
     WorkloadFinished,
     WorkloadPending,
 )
+from gpuwatch.harness.simulate.cluster import Cluster
 from gpuwatch.harness.simulate.gpus import CONTEXT_OVERHEAD_BYTES, GPU_MODELS
 from gpuwatch.harness.simulate.scenario import load_scenario, parse_scenario, with_overrides
 from gpuwatch.harness.simulate.topology import layout

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from gpuwatch.harness.simulate.cluster import (
+from gpuwatch.harness.simulate.changes import (
     Change,
     ContainerCrashed,
     ContainerStarted,
