@@ -34,8 +34,8 @@ from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.harness.simulate.kube.apiserver import RESOURCES
 from gpuwatch.harness.simulate.kube.live import LiveApiServer as ApiServerWriter
+from gpuwatch.harness.simulate.kube.store import RESOURCES
 from gpuwatch.harness.stack import kube, manager
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi

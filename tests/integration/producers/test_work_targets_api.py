@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 import pytest
 from support.fake_apiserver import FakeApiServer
 
-from gpuwatch.harness.simulate.kube.apiserver import parse_field_selector
 from gpuwatch.harness.simulate.kube.manifests import bound, gpu_pod, running
+from gpuwatch.harness.simulate.kube.store import parse_field_selector
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi
 from producers.work.scraper import WorkScraper

@@ -27,7 +27,7 @@ from gpuwatch.harness.simulate.changes import (
 )
 from gpuwatch.harness.simulate.kube import kueue
 from gpuwatch.harness.simulate.kube import manifests as m
-from gpuwatch.harness.simulate.kube.apiserver import rfc3339
+from gpuwatch.harness.simulate.kube.store import rfc3339
 from gpuwatch.harness.simulate.topology import GPU_RESOURCE, NodeLayout, resource_slice
 from producers.base.kubeapi import ApiError
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gpuwatch.harness.simulate.kube.apiserver import rfc3339
+from gpuwatch.harness.simulate.kube.store import rfc3339
 
 __all__ = [
     "JOB_UID_LABEL",

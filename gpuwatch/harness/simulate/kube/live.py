@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gpuwatch.harness.simulate.kube.apiserver import RESOURCES
+from gpuwatch.harness.simulate.kube.store import RESOURCES
 from producers.base.kubeapi import ApiError
 from producers.k8s.client import KubernetesApi, connect
 
