@@ -23,8 +23,8 @@ from gpuwatch.kafka import (
 from gpuwatch.run.memory import start_trimming, tune_collector
 from schemas.settings import Settings
 from streams.faust.app import WorkerOptions, WorkerRuntime, build, changelog_topic_names
+from streams.faust.process import new_worker, run_worker
 from streams.faust.tick_timer import fleet_topic_name, tick_topic_name
-from streams.faust.worker import new_worker, run_worker
 
 __all__ = ["TICK_RETENTION_MS", "WorkerStartError", "ensure_tick_topic", "run"]
 

@@ -9,7 +9,7 @@ checked (a record the broker refused stops the worker: its agents crash the app,
 lost records as sent); `memory://` tables whose
 changelog topics restore them on a restart (Faust reads them before the agents get events);
 no standby replicas; no web server; Faust reads no environment variables of its own
-(`streams.faust.worker`).
+(`streams.faust.process`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from streams.faust.batches import Batches
 from streams.faust.consumer import rewinding_consumer
 from streams.faust.inbox import Inbox, Inboxes
 from streams.faust.internals import committed_offset, use_consumer_class, use_fast_lz4
+from streams.faust.process import new_app
 from streams.faust.progress import ProgressWatch
 from streams.faust.tables import FaustTable
 from streams.faust.tick_timer import (
@@ -56,7 +57,6 @@ from streams.faust.tick_timer import (
     fleet_topic_name,
     tick_topic_name,
 )
-from streams.faust.worker import new_app
 from streams.processors.node import NodeConfig, NodePartition
 from streams.processors.outputs import Counters, Outputs, Record
 from streams.processors.pod import PodConfig, PodPartition

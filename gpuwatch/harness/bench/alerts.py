@@ -33,7 +33,7 @@ import yaml
 from gpuwatch.harness.bench import scratch
 from gpuwatch.harness.bench.alert_figures import AlertResult, Fired, alert_result
 from gpuwatch.harness.bench.backlog import Say, wait_for, wait_ready
-from gpuwatch.harness.bench.fleet import build_fleet, produce, send_live
+from gpuwatch.harness.bench.load import build_fleet, produce, send_live
 from gpuwatch.harness.bench.probes import Offsets, Poller
 from gpuwatch.harness.bench.procs import SinkProcess, WorkerProcess, free_port, supervised
 from gpuwatch.harness.stack.prometheus import default_config

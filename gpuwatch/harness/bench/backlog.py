@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.harness.bench.figures import drain_rate
-from gpuwatch.harness.bench.fleet import Fleet, produce
+from gpuwatch.harness.bench.load import Fleet, produce
 from gpuwatch.harness.bench.probes import CommitWatcher, Offsets
 from gpuwatch.harness.bench.procs import BenchProcess, SinkProcess, WorkerProcess, proc_cpu_s
 from schemas.settings import Settings

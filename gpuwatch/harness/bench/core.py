@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from gpuwatch.harness.bench.fleet import Fleet, build_fleet
+from gpuwatch.harness.bench.load import Fleet, build_fleet
 from gpuwatch.run.memory import tune_collector
 from schemas.prices import BUILTIN_PRICES
 from schemas.settings import RuleSettings, WindowSettings

@@ -19,7 +19,7 @@ from schemas.topics import NVML_SAMPLES
 from streams.faust.consumer import rewinding_consumer
 from streams.faust.inbox import Inbox, Inboxes
 from streams.faust.internals import use_consumer_class
-from streams.faust.worker import new_app, new_worker
+from streams.faust.process import new_app, new_worker
 from streams.runtime.agent_loop import BATCH_MAX, BATCH_WITHIN_S
 
 __all__ = ["run_floor"]

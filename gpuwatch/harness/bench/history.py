@@ -33,7 +33,7 @@ from typing import Any
 from gpuwatch.harness.bench import scratch
 from gpuwatch.harness.bench.backlog import drain_deadline_s, produce_paused, wait_ready
 from gpuwatch.harness.bench.figures import drain_rate
-from gpuwatch.harness.bench.fleet import Fleet, build_fleet
+from gpuwatch.harness.bench.load import Fleet, build_fleet
 from gpuwatch.harness.bench.probes import CommitWatcher, Offsets
 from gpuwatch.harness.bench.procs import LIVENESS_FAILURES, LIVENESS_PERIOD_S, MB, WorkerProcess
 from schemas.settings import Settings

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpuwatch.harness.bench import scratch
 from gpuwatch.harness.bench.backlog import Drain, Say, drain_backlog
-from gpuwatch.harness.bench.fleet import Fleet
+from gpuwatch.harness.bench.load import Fleet
 from gpuwatch.harness.bench.procs import WorkerProcess, supervised
 from schemas.settings import Settings
 

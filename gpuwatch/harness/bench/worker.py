@@ -48,7 +48,6 @@ from gpuwatch.harness.bench.alert_figures import alert_fields, format_alerts
 from gpuwatch.harness.bench.alerts import bench_alerts
 from gpuwatch.harness.bench.backlog import Drain, drain_backlog, drain_deadline_s, wait_for
 from gpuwatch.harness.bench.figures import drain_rate, kept_up, latencies_ms, percentile
-from gpuwatch.harness.bench.fleet import Fleet, PacedResult, build_fleet, pace
 from gpuwatch.harness.bench.history import (
     Histories,
     HistorySetup,
@@ -56,6 +55,7 @@ from gpuwatch.harness.bench.history import (
     format_histories,
     history_fields,
 )
+from gpuwatch.harness.bench.load import Fleet, PacedResult, build_fleet, pace
 from gpuwatch.harness.bench.probes import (
     Baseline,
     CommitWatcher,

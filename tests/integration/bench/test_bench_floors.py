@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpuwatch.harness.bench import scratch
-from gpuwatch.harness.bench.fleet import build_fleet, produce
+from gpuwatch.harness.bench.load import build_fleet, produce
 from gpuwatch.harness.bench.probes import Offsets, faust_floor, floor_groups
 from gpuwatch.kafka import TopicPartition, consumer
 from gpuwatch.kafka import admin as kafka_admin

@@ -13,7 +13,7 @@ from bench_results import worker_result as result
 from gpuwatch import cli
 from gpuwatch.harness.bench.backlog import drain_deadline_s
 from gpuwatch.harness.bench.figures import drain_rate, kept_up, latencies_ms, percentile
-from gpuwatch.harness.bench.fleet import build_fleet
+from gpuwatch.harness.bench.load import build_fleet
 from gpuwatch.harness.bench.report import Latencies, WorkerRun, format_worker, worker_json
 from gpuwatch.harness.bench.report import write_plot as write_plot_png
 from gpuwatch.harness.bench.worker import FULL, QUICK, config_from_args, worker_config

@@ -27,7 +27,7 @@ from schemas.topics import NVML_SAMPLES
 from streams.faust import internals
 from streams.faust.app import WorkerOptions, WorkerRuntime, build
 from streams.faust.internals import aiokafka_producer_of, committed_offset
-from streams.faust.worker import new_worker
+from streams.faust.process import new_worker
 
 
 @pytest.fixture
