@@ -7,6 +7,21 @@ from producers.agent.loop import NodeAgent, Publish
 from producers.base.ports import DeviceAllocation, PodRef, ReadResult
 
 
+class SecondClock:
+    """Wall and monotonic time that step one second per tick, so every sample but the
+    first claims the same interval and has the same size, however fast the test runs."""
+
+    def __init__(self) -> None:
+        self._ticks = 0
+
+    def time(self) -> float:
+        self._ticks += 1
+        return 1_765_000_000.0 + self._ticks
+
+    def monotonic(self) -> float:
+        return float(self._ticks)
+
+
 class NoGpus:
     def read(self) -> ReadResult:
         return ReadResult(())
@@ -24,8 +39,15 @@ class NoPods:
 
 
 def empty_node_agent(node: str, publish: Publish) -> NodeAgent:
-    """The agent of `node`, a node with no GPUs and no pods, ticking every second."""
+    """The agent of `node`, a node with no GPUs and no pods, ticking every second on a
+    clock of its own."""
     pods = NoPods()
     return NodeAgent(
-        node=node, reader=NoGpus(), resolver=pods, allocations=pods, publish=publish, interval_s=1.0
+        node=node,
+        reader=NoGpus(),
+        resolver=pods,
+        allocations=pods,
+        publish=publish,
+        interval_s=1.0,
+        clock=SecondClock(),
     )
