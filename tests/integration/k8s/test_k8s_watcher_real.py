@@ -78,8 +78,9 @@ def test_the_command_watches_the_real_server_as_its_service_account(
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     # 1 pod + its change; a list of nodes, of pods, of Kueue's workloads and of ResourceSlices
-    assert watcher_command.stopped(stderr) == ("2", "4", "2")
     records = consume(scoped, K8S_PODS.full_name(scoped.kafka.topic_prefix))
+    published = [(r.offset, json.loads(r.value)) for r in records]
+    assert watcher_command.stopped(stderr) == ("2", "4", "2"), (stderr, published)
     for record in records:
         assert list(validators[K8S_PODS.name].iter_errors(json.loads(record.value))) == []
     values = [K8S_PODS.decode(r.value) for r in records]
