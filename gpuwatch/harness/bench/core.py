@@ -12,6 +12,8 @@ collector is tuned as in the worker (`gpuwatch.run.memory.tune_collector`).
 
 The digests hash every record made (topic, key, value, in order) and every state write:
 equal digests from two versions of the code mean byte-identical outputs for this input.
+`output_digest` leaves out the internal `pod.usage` between the sides: equal, a change to
+how usage travels left every record users read byte for byte the same.
 
     python -m gpuwatch.harness.bench.core --nodes 100 --seconds 80 --runs 3
 
@@ -64,6 +66,8 @@ class CoreRun:
     usage_records: int
     digest: str
     """sha256 of every record (topic, key, value), in the order made."""
+    output_digest: str
+    """The same without the internal `pod.usage`: the records users read."""
     state_digest: str
     """sha256 of every state write (key, value), in the order made."""
 
@@ -85,22 +89,30 @@ class CoreResult:
     records: int
     usage_records: int
     digest: str
+    output_digest: str
     state_digest: str
 
 
 class _Digest:
-    def __init__(self) -> None:
+    def __init__(self, internal: str) -> None:
         self.records = hashlib.sha256()
+        self.outputs = hashlib.sha256()  # without the internal pod.usage between the sides
         self.state = hashlib.sha256()
+        self.internal = internal
         self.count = 0
         self.usage = 0
 
     def add_records(self, records: Sequence[Record]) -> None:
-        h = self.records
+        h, o = self.records, self.outputs
         for r in records:
-            h.update(f"{r.topic}\0{len(r.key)}\0{len(r.value)}\0".encode())
+            head = f"{r.topic}\0{len(r.key)}\0{len(r.value)}\0".encode()
+            h.update(head)
             h.update(r.key)
             h.update(r.value)
+            if r.topic != self.internal:
+                o.update(head)
+                o.update(r.key)
+                o.update(r.value)
         self.count += len(records)
 
     def add_writes(self, writes: Sequence[tuple[bytes, bytes | None]]) -> None:
@@ -160,7 +172,7 @@ def run_once(fleet: Fleet) -> CoreRun:
         ]
         for n in range(len(fleet.backlog) // per_round)
     ]
-    digest = _Digest()
+    digest = _Digest(usage)
     usage_offset = fleet_offset = 0
     fleet_inputs: list[tuple[Source, bytes]] = []
     node_cpu = pod_cpu = 0.0
@@ -199,6 +211,7 @@ def run_once(fleet: Fleet) -> CoreRun:
         digest.count,
         digest.usage,
         digest.records.hexdigest(),
+        digest.outputs.hexdigest(),
         digest.state.hexdigest(),
     )
 
@@ -213,7 +226,7 @@ def run_core(
         passes = [run_once(fleet) for _ in range(runs)]
     finally:
         restore()
-    if len({(p.digest, p.state_digest) for p in passes}) != 1:
+    if len({(p.digest, p.output_digest, p.state_digest) for p in passes}) != 1:
         raise RuntimeError("two passes over the same input made different outputs")
     gpu_samples = fleet.gpu_samples
     node_us = [p.node_cpu_s * 1e6 / gpu_samples for p in passes]
@@ -233,6 +246,7 @@ def run_core(
         records=first.records,
         usage_records=first.usage_records,
         digest=first.digest,
+        output_digest=first.output_digest,
         state_digest=first.state_digest,
     )
 
