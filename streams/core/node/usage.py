@@ -7,7 +7,9 @@ precision: integrals, peak VRAM, `[ts, end_ts)` and `idle_since`.
 
 Flush rule. A pod's pending message covers contiguous event time and is emitted when:
 - its data reaches the next multiple of `flush_ms` or the end of its window (`add`), so a
-  message never straddles a window and a sample that does is cut in two by fraction;
+  message never straddles a window and a sample that does is cut in two by fraction
+  (except a whole sample with nothing pending and no units: one message across the end,
+  which the pod side cuts by the same fraction to the same bits);
 - stream time passes that boundary without its data reaching it (`flush`): a pod that ended,
   a node that went quiet;
 - the next sample does not start where the last ended (a gap: lost samples), or
@@ -277,6 +279,14 @@ class UsageAggregator:
             if track.idle_since is not None and track.pending is not None:
                 out.append(self._emit(track))  # its end is the run's last idle instant
             idle_since = None
+        if len(parts) > 1 and track.pending is None and units is None and parts[0].start_ms == ts:
+            # A whole sample across a window end, nothing pending: one message of it. The
+            # pod side cuts it at the window end by the same fraction (`add_usage`), to the
+            # same bits: a long sample is one message, not one per window it touches.
+            track.idle_since = idle_since
+            self._add_whole_sample(track, parts, items, out)
+            track.last_end = sample.end_ts
+            return
         for part in parts:
             pending = track.pending
             if pending is not None and (
@@ -311,6 +321,27 @@ class UsageAggregator:
         track.last_end = sample.end_ts
         if track.pending is not None and track.pending.end_ts >= track.pending.due:
             out.append(self._emit(track))
+
+    def _add_whole_sample(
+        self,
+        track: PodTrack,
+        parts: tuple[Part, ...],
+        items: list[tuple[GpuReading, PodIntegrals]],
+        out: list[PodUsage],
+    ) -> None:
+        first = parts[0]
+        pending = track.pending = PendingUsage(
+            first.start_ms, parts[-1].end_ms, first.window_start, first.start_ms, samples=1
+        )
+        gpus = pending.gpus
+        for gpu, pod in items:
+            acc = gpus.get(gpu.uuid)
+            if acc is None:
+                acc = gpus[gpu.uuid] = GpuUsageAcc(
+                    uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
+                )
+            acc.add_whole(pod)
+        out.append(self._emit(track))
 
     def _pending(self, uid: PodUid, part: Part) -> PendingUsage:
         flush_due = window_start(part.start_ms, self.flush_ms) + self.flush_ms

@@ -17,8 +17,11 @@ from schemas.ids import GpuUuid
 from schemas.nvml_sample import NvmlSample
 from schemas.pod_usage import PodUsage
 from schemas.prices import BUILTIN_PRICES
+from schemas.settings import WindowSettings
 from streams.core.integrals import PriceBook, integrate_sample
 from streams.core.node.usage import GpuUsageAcc, PodTrack, UsageAggregator
+from streams.core.pod.pod_attribution import add_usage
+from streams.core.windows import split_interval
 
 MIN = 60_000
 T0 = 1_764_412_320_000  # a window start
@@ -166,6 +169,49 @@ def test_a_sample_straddling_a_window_boundary_is_cut_there() -> None:
     assert sum(m.samples for m in out) == 71  # the straddling sample counts in both
 
 
+def test_a_long_sample_across_a_window_end_is_one_message_the_pod_side_cuts_to_the_bit() -> None:
+    # History sampled every 57 s: nearly every sample crosses a minute. Cut on this side,
+    # each would be two messages; whole, it is one, and the pod side's windows get the
+    # bits the cut gave (each piece: the interval's integral x its fraction, added once).
+    agg = UsageAggregator(MIN, flush_ms=10_000)
+    samples = [design_sample(T0 + 30_000 + i * 57_000, 57_000, util=10.0 + i) for i in range(5)]
+    out = feed(agg, samples)
+    assert [(m.ts, m.end_ts, m.samples) for m in out] == [
+        (s.ts, s.ts + s.interval_ms, 1) for s in samples
+    ]
+    state = None
+    for message in out:
+        state, outcome = add_usage(state, message, WindowSettings(window_s=60))
+        assert outcome == "added"
+    assert state is not None
+    by_window: dict[int, list[float]] = {}
+    for sample in samples:
+        pod = integrate_sample(sample, IDLE_PCT, PRICES).gpus[0][1].pods[0]
+        for part in split_interval(sample.ts, sample.interval_ms, MIN):
+            sums = by_window.setdefault(part.window_start, [0.0, 0.0, 0.0])
+            for i, name in enumerate(("used_gpu_seconds", "cost_usd", "vram_byte_seconds")):
+                sums[i] += getattr(pod, name) * part.fraction
+    got = {
+        w.start: [w.gpus[0].used_gpu_seconds, w.gpus[0].cost_usd, w.gpus[0].vram_byte_seconds]
+        for w in state.windows
+    }
+    assert got == by_window  # equal, not approximately
+
+
+def test_a_long_sample_with_units_of_work_is_still_cut_at_the_window_end() -> None:
+    # The units go whole to the window of the sample's start; the pod side would spread them.
+    raw = example("gpuwatch.nvml.sample/v1")
+    raw["ts"], raw["interval_ms"] = T0 + 30_000, 57_000
+    raw["work"] = [{"pod_uid": POD_UID, "units": {"steps": 12.0}}]
+    sample = SAMPLES.decode(msgspec.json.encode(raw))
+    agg = UsageAggregator(MIN, flush_ms=10_000)
+    out = agg.add(integrate_sample(sample, IDLE_PCT, PRICES), work=sample.work)
+    assert [(m.ts - T0, m.end_ts - T0, m.units) for m in out] == [
+        (30_000, 60_000, {"steps": 12.0}),
+        (60_000, 87_000, {}),
+    ]
+
+
 def test_a_gap_ends_the_message_and_the_idle_run() -> None:
     agg = UsageAggregator(MIN, flush_ms=10_000)
     out = feed(agg, [design_sample(T0 + i * 1000, util=0.0) for i in (0, 1, 2, 5, 6)])
@@ -214,7 +260,7 @@ def test_tracks_are_plain_data_and_survive_a_restart() -> None:
 STEP = st.fixed_dictionaries(
     {
         "util": st.none() | st.sampled_from([0.0, 3.0, 50.0, 100.0]),
-        "interval_ms": st.integers(100, 4_000),
+        "interval_ms": st.integers(100, 4_000) | st.sampled_from([57_000, 90_000]),
         "gap_ms": st.sampled_from([0, 0, 0, 0, 1_500]),
     }
 )
@@ -246,8 +292,9 @@ def test_messages_keep_every_integral_and_the_idle_run(
     steps: list[dict[str, Any]], flush_ms: int
 ) -> None:
     samples = samples_of(steps)
+    end = samples[-1].ts + samples[-1].interval_ms
     agg = UsageAggregator(MIN, flush_ms=flush_ms)
-    out = feed(agg, samples) + agg.flush(samples[-1].ts + 2 * MIN)
+    out = feed(agg, samples) + agg.flush(end + 2 * MIN)
     integrals = [integrate_sample(s, IDLE_PCT, PRICES).gpus[0][1].pods[0] for s in samples]
     for name in ("allocated_seconds", "used_gpu_seconds", "idle_seconds", "cost_usd"):
         want = sum(getattr(p, name) for p in integrals)
@@ -257,12 +304,14 @@ def test_messages_keep_every_integral_and_the_idle_run(
     for a, b in pairwise(out):
         assert a.end_ts <= b.ts  # no overlap, in order
     for m in out:
-        assert (m.ts - T0) // MIN == (m.end_ts - 1 - T0) // MIN  # never straddles a window
+        if (m.ts - T0) // MIN != (m.end_ts - 1 - T0) // MIN:  # across a window end:
+            assert m.samples == 1  # one whole sample (the pod side cuts it)
+            assert any((s.ts, s.ts + s.interval_ms) == (m.ts, m.end_ts) for s in samples)
         assert m.gpus[0].waste_usd <= m.gpus[0].cost_usd
     last = [m for m in out if m.end_ts == out[-1].end_ts][-1]
     assert last.idle_since == reference_idle_since(samples)
     again = UsageAggregator(MIN, flush_ms=flush_ms)
-    assert feed(again, samples) + again.flush(samples[-1].ts + 2 * MIN) == out
+    assert feed(again, samples) + again.flush(end + 2 * MIN) == out
 
 
 FLOATS = st.floats(0, 1e12) | st.just(-0.0)
