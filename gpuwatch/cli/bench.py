@@ -19,29 +19,27 @@ def add_parser(verbs: Any) -> None:
         "bench",
         _bench,
         "the benchmarks of BENCHMARKS.md",
-        "Run the benchmarks of BENCHMARKS.md against the local stack "
-        "(`gpuwatch stack up`). Each reports a ratio against a baseline measured in the same "
-        "run, so a figure from a loaded machine still compares. `worker` (the default): a "
-        "worker process and a `gpuwatch sink redis` process on a simulated fleet's stream "
-        "(throughput against a bare aiokafka consumer and the Faust and inbox floors, the "
-        "sink's CPU per GPU-sample, latency to Redis under a paced load, memory, and the node "
-        "agent's CPU per GPU-sample); then two workers in one consumer group on the same backlog; "
-        "then the idle-alert latency (`alerts`); then a worker far behind: for each of "
-        "--backlog-hours (6 and 24; with --quick 1 and 4), 125 nodes x 8 GPUs (25 with "
-        "--quick) sampled every 57 s over that many hours, produced while the worker is "
-        "paused, then worked off: GPU-samples, seconds to work off (its group committed "
-        "every sample), GPU-samples/s, worker CPU per GPU-sample, the worker's VmHWM and its "
-        "RSS at the end over its idle RSS, and its restarts (it is restarted as Kubernetes "
-        "would: on exit, or after 3 failed /livez probes 20 s apart), fields "
-        "backlog_{hours}h_*. Each part on topics, an app id, groups and a Redis database of "
-        "its own, removed afterwards. A baseline that fails or runs past its deadline leaves "
-        "its figures null with an error field (baseline_error, faust_floor_error, "
-        "inbox_floor_error). `alerts`: on a few nodes with a 10 s idle threshold, from "
-        "the sample completing it to the GpuIdleAllocated alert in the alerts topic, in "
-        "Redis and in the ALERTS of a private Prometheus (the `prometheus` binary, 1 s "
-        "scrape and evaluation, the shipped rules), beside a DCGM exporter + Prometheus "
-        "setup's figure. `producer`: CPU time of the node agent per GPU-sample with "
-        "simulated GPUs, alone and with publishing to the local Kafka.",
+        "Run the benchmarks of BENCHMARKS.md against the local stack (`gpuwatch stack up`). Each "
+        "reports a ratio against a baseline measured in the same run, so a figure from a loaded "
+        "machine still compares. `worker` (the default): a worker process and a `gpuwatch sink "
+        "redis` process on a simulated fleet's stream (throughput against a bare aiokafka consumer"
+        " and the Faust and inbox floors, the sink's CPU per GPU-sample, latency to Redis under a "
+        "paced load, memory, and the node agent's CPU per GPU-sample); then two workers in one "
+        "consumer group on the same backlog; then the idle-alert latency (`alerts`); then a worker"
+        " far behind: for each of --backlog-hours (6 and 24; with --quick 1 and 4), "
+        "--backlog-nodes nodes x 8 GPUs (125; 25 with --quick) sampled every 57 s over that many "
+        "hours, produced while the worker is paused, then worked off: GPU-samples, seconds to work"
+        " off (its group committed every sample), GPU-samples/s, worker CPU per GPU-sample, the "
+        "worker's VmHWM and its RSS at the end over its idle RSS, and its restarts (it is "
+        "restarted as Kubernetes would: on exit, or after 3 failed /livez probes 20 s apart), "
+        "fields backlog_{hours}h_*. Each part on topics, an app id, groups and a Redis database of"
+        " its own, removed afterwards. A baseline that fails or runs past its deadline leaves its "
+        "figures null with an error field (baseline_error, faust_floor_error, inbox_floor_error). "
+        "`alerts`: on a few nodes with a 10 s idle threshold, from the sample completing it to the"
+        " GpuIdleAllocated alert in the alerts topic, in Redis and in the ALERTS of a private "
+        "Prometheus (the `prometheus` binary, 1 s scrape and evaluation, the shipped rules), "
+        "beside a DCGM exporter + Prometheus setup's figure. `producer`: CPU time of the node "
+        "agent per GPU-sample with simulated GPUs, alone and with publishing to the local Kafka.",
     )
     bench.add_argument(
         "which",
@@ -73,6 +71,13 @@ def add_parser(verbs: Any) -> None:
         metavar="H,H",
         help="hours of recorded history the worker works off, each a run of its own "
         "(6,24; with --quick 1,4)",
+    )
+    add_int(
+        worker,
+        "--backlog-nodes",
+        "N",
+        "8-GPU nodes of each history (125, 1,000 GPUs; with --quick 25; 18 for a fleet the "
+        "size of the recorded production history's 143 GPUs)",
     )
     add_flag(worker, "--no-backlog", "skip the recorded-history part (its fields are null)")
     add_flag(

@@ -170,6 +170,7 @@ def worker_config(
     two_workers: bool = True,
     alerts: bool = True,
     backlog_hours: tuple[int, ...] | None = None,
+    backlog_nodes: int | None = None,
     backlog: bool = True,
     only_backlog: bool = False,
     backlog_memory_limit_mb: int | None = None,
@@ -188,6 +189,7 @@ def worker_config(
         two_workers=two_workers and not only_backlog,
         alerts=alerts and not only_backlog,
         backlog_hours=base.backlog_hours if backlog_hours is None else backlog_hours,
+        backlog_nodes=base.backlog_nodes if backlog_nodes is None else backlog_nodes,
         backlog=backlog,
         only_backlog=only_backlog,
         backlog_memory_limit_mb=backlog_memory_limit_mb,
@@ -210,6 +212,7 @@ def worker_config(
 
 
 MAX_BACKLOG_HOURS = 7 * 24  # a week of history is 10 M GPU-samples: hours to work off here
+MAX_BACKLOG_NODES = 1_000  # 8,000 GPUs: a day is 12 M GPU-samples
 
 
 def _check_backlog(config: WorkerBenchConfig) -> None:
@@ -218,6 +221,10 @@ def _check_backlog(config: WorkerBenchConfig) -> None:
         raise ValueError(f"--backlog-hours must be 1..{MAX_BACKLOG_HOURS} each, got {hours}")
     if len(set(hours)) != len(hours):
         raise ValueError(f"--backlog-hours names an hour twice: {hours}")
+    if not 1 <= config.backlog_nodes <= MAX_BACKLOG_NODES:
+        raise ValueError(
+            f"--backlog-nodes must be 1..{MAX_BACKLOG_NODES}, got {config.backlog_nodes}"
+        )
     if config.only_backlog and not config.backlog:
         raise ValueError("--only-backlog and --no-backlog leave nothing to run")
     limit = config.backlog_memory_limit_mb
@@ -247,6 +254,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerBenchConfig:
         two_workers=not args.no_two_workers,
         alerts=not args.no_alerts,
         backlog_hours=None if args.backlog_hours is None else parse_hours(args.backlog_hours),
+        backlog_nodes=args.backlog_nodes,
         backlog=not args.no_backlog,
         only_backlog=args.only_backlog,
         backlog_memory_limit_mb=args.backlog_memory_limit_mb,

@@ -45,8 +45,12 @@ def test_the_full_run_works_off_6_and_24_hours_of_1000_gpus_and_quick_1_and_4_of
 
 
 def test_the_backlog_options_reach_the_configuration() -> None:
-    config = _config("--backlog-hours", "2,12", "--backlog-memory-limit-mb", "500")
+    config = _config(
+        "--backlog-hours", "2,12", "--backlog-memory-limit-mb", "500", "--backlog-nodes", "18"
+    )
     assert (config.backlog_hours, config.backlog_memory_limit_mb) == ((2, 12), 500)
+    assert config.backlog_nodes == 18
+    assert _config("--quick", "--backlog-nodes", "18").backlog_nodes == 18
     assert _config("--no-backlog").backlog is False
     only = _config("--quick", "--only-backlog")
     assert only.only_backlog
@@ -61,6 +65,7 @@ def test_the_backlog_options_reach_the_configuration() -> None:
         (["--backlog-hours", "6,6"], "twice"),
         (["--only-backlog", "--no-backlog"], "nothing to run"),
         (["--backlog-memory-limit-mb", "0"], "at least 1"),
+        (["--backlog-nodes", "0"], "--backlog-nodes must be 1..1000"),
     ],
 )
 def test_backlog_options_out_of_range_are_refused(argv: list[str], message: str) -> None:
