@@ -296,18 +296,7 @@ class UsageAggregator:
                 pending = None
             if pending is None:
                 pending = track.pending = self._pending(uid, part)
-            gpus = pending.gpus
-            f = part.fraction
-            for gpu, pod in items:
-                acc = gpus.get(gpu.uuid)
-                if acc is None:
-                    acc = gpus[gpu.uuid] = GpuUsageAcc(
-                        uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
-                    )
-                if f == 1.0:
-                    acc.add_whole(pod)
-                else:
-                    acc.add(pod, f)
+            _add_items(pending.gpus, items, part.fraction)
             if units:
                 done = pending.units
                 if done is None:
@@ -333,14 +322,7 @@ class UsageAggregator:
         pending = track.pending = PendingUsage(
             first.start_ms, parts[-1].end_ms, first.window_start, first.start_ms, samples=1
         )
-        gpus = pending.gpus
-        for gpu, pod in items:
-            acc = gpus.get(gpu.uuid)
-            if acc is None:
-                acc = gpus[gpu.uuid] = GpuUsageAcc(
-                    uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
-                )
-            acc.add_whole(pod)
+        _add_items(pending.gpus, items, 1.0)
         out.append(self._emit(track))
 
     def _pending(self, uid: PodUid, part: Part) -> PendingUsage:
@@ -365,6 +347,22 @@ class UsageAggregator:
             cluster=self.cluster,
             units=pending.units or {},
         )
+
+
+def _add_items(
+    gpus: dict[GpuUuid, GpuUsageAcc], items: list[tuple[GpuReading, PodIntegrals]], f: float
+) -> None:
+    """Fraction `f` of each GPU's integrals into its accumulator, made if new."""
+    for gpu, pod in items:
+        acc = gpus.get(gpu.uuid)
+        if acc is None:
+            acc = gpus[gpu.uuid] = GpuUsageAcc(
+                uuid=gpu.uuid, model=gpu.model, sharing=gpu.sharing, method=pod.method
+            )
+        if f == 1.0:
+            acc.add_whole(pod)
+        else:
+            acc.add(pod, f)
 
 
 def _after(parts: tuple[Part, ...], cut: int) -> tuple[Part, ...]:
